@@ -1,0 +1,63 @@
+"""grpo-devcluster: build, start, stop and inspect the local control plane.
+
+  grpo-devcluster build            build every component (cached under ~/.cache/grpo-devcluster)
+  grpo-devcluster start            start on 127.0.0.1; prints the KUBECONFIG to use
+  grpo-devcluster stop             stop everything started from GRPO_DEVCLUSTER_DIR
+  grpo-devcluster status           which components run
+  grpo-devcluster env              `export KUBECONFIG=…; export PATH=…` for a shell
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import build, processes
+from .cluster import LocalCluster, default_workdir
+from .errors import DevClusterError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="grpo-devcluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["build", "start", "stop", "status", "env"])
+    parser.add_argument("--dir", default=None, help=f"working directory (default {default_workdir()})")
+    parser.add_argument("--ray-job-seconds", type=float, default=5.0,
+                        help="how long simulated Ray jobs report RUNNING before they succeed")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            started = time.monotonic()
+            built = build.build_all()
+            for name, path in built.items():
+                print(f"{name}: {path}")
+            print(f"all built in {time.monotonic() - started:.0f}s")
+        elif args.command == "start":
+            LocalCluster(args.dir, ray_job_running_seconds=args.ray_job_seconds).start()
+        elif args.command == "stop":
+            cluster = LocalCluster.attach(args.dir)
+            ports = list(cluster.ports.owners())
+            cluster.stop()
+            still = [p for p in ports if processes.is_listening(p)]
+            if still:
+                print(f"warning: ports still listening after stop: {still}", file=sys.stderr)
+                return 1
+            print("stopped")
+        elif args.command == "status":
+            cluster = LocalCluster.attach(args.dir)
+            for name, up in cluster.running().items():
+                print(f"{name:28s} {'running' if up else 'DEAD'}")
+            print(f"KUBECONFIG={cluster.kubeconfig}")
+        elif args.command == "env":
+            cluster = LocalCluster.attach(args.dir)
+            for key, value in cluster.env().items():
+                print(f"export {key}={value}")
+    except DevClusterError as exc:
+        print(f"grpo-devcluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

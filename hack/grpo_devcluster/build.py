@@ -1,0 +1,102 @@
+"""Build the control-plane programs with the ordinary `go build`, cached by their pins."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .components import ALL, KUBERAY, Component
+from .errors import DevClusterError
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GRPO_DEVCLUSTER_CACHE", Path.home() / ".cache" / "grpo-devcluster"))
+
+
+def go_version() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise DevClusterError(
+            "go toolchain",
+            "`go` is not on PATH; install Go 1.24 or newer (Debian: golang-go, or the tarball from the Go site)",
+        )
+    result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise DevClusterError("go toolchain", f"`go env GOVERSION` failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def component_dir(component: Component, go: str) -> Path:
+    return cache_root() / component.cache_key(go)
+
+
+def is_built(component: Component, go: str) -> bool:
+    directory = component_dir(component, go)
+    return all((directory / "bin" / name).is_file() for name in component.commands) and (
+        directory / ".complete"
+    ).is_file()
+
+
+def build_component(component: Component, go: str, log=sys.stderr) -> Path:
+    """Build one component into its versioned cache dir; a no-op when it is already there."""
+    directory = component_dir(component, go)
+    if is_built(component, go):
+        return directory
+    staging = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "bin").mkdir(parents=True)
+    started = time.monotonic()
+    for binary, package in component.commands.items():
+        print(f"[devcluster] building {component.name}: {binary} ({package})", file=log, flush=True)
+        result = subprocess.run(
+            ["go", "build", "-trimpath", "-ldflags", component.ldflags, "-o", str(staging / "bin" / binary),
+             package],
+            cwd=component.module_dir,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = "\n".join(result.stderr.strip().splitlines()[-20:])
+            raise DevClusterError(component.name, f"`go build {package}` failed:\n{tail}")
+    if component is KUBERAY:
+        _copy_kuberay_crds(staging)
+    (staging / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+    print(f"[devcluster] built {component.name} in {time.monotonic() - started:.0f}s", file=log, flush=True)
+    return directory
+
+
+def _copy_kuberay_crds(staging: Path) -> None:
+    """Keep KubeRay's CRDs beside its binary, read from the pinned module in Go's module cache."""
+    result = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", "github.com/ray-project/kuberay/ray-operator"],
+        cwd=KUBERAY.module_dir, capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0 or not result.stdout.strip():
+        raise DevClusterError("kuberay", f"cannot locate the ray-operator module: {result.stderr.strip()}")
+    bases = Path(result.stdout.strip()) / "config" / "crd" / "bases"
+    crd_dir = staging / "crds"
+    crd_dir.mkdir()
+    for crd in sorted(bases.glob("ray.io_*.yaml")):
+        shutil.copyfile(crd, crd_dir / crd.name)
+    if not any(crd_dir.iterdir()):
+        raise DevClusterError("kuberay", f"no CRDs found under {bases}")
+
+
+def build_all(components: tuple[Component, ...] = ALL, log=sys.stderr) -> dict[str, Path]:
+    go = go_version()
+    return {c.name: build_component(c, go, log=log) for c in components}
+
+
+def binary(component: Component, name: str) -> Path:
+    path = component_dir(component, go_version()) / "bin" / name
+    if not path.is_file():
+        raise DevClusterError(component.name, f"{path} is missing; run `grpo-devcluster build` first")
+    return path

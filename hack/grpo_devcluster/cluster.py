@@ -1,0 +1,349 @@
+"""The local control plane as one object: start it, use it, stop it.
+
+Used the same way by the `grpo-devcluster` command and by the pytest session fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import kwok_config, pki, processes
+from .build import build_all, component_dir, go_version
+from .components import ETCD, HELM, KUBERAY, KUBERNETES, KWOK
+from .errors import DevClusterError
+
+# Loopback ranges, so that no address the cluster hands out is routable: the API server takes a
+# loopback service range; KWOK hands pods loopback IPs and nodes a loopback InternalIP.
+SERVICE_CIDR = "127.96.0.0/16"
+SERVICE_IP = "127.96.0.1"
+POD_CIDR = "127.64.0.0/16"
+
+
+@dataclass
+class Ports:
+    etcd_client: int = 23790
+    etcd_peer: int = 23800
+    apiserver: int = 16443
+    controller_manager: int = 20257
+    scheduler: int = 20259
+    kwok: int = 20300
+    kuberay_metrics: int = 20380
+    kuberay_probe: int = 20381
+    dashboard_standin: int = 18265
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(*processes.free_ports(len(cls.__dataclass_fields__)))
+
+    def owners(self) -> dict[int, str]:
+        return {port: name for name, port in asdict(self).items()}
+
+
+@dataclass
+class State:
+    """What `stop` needs to find the processes again, from another invocation."""
+
+    workdir: str
+    ports: dict[str, int]
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+def default_workdir() -> Path:
+    return Path(os.environ.get("GRPO_DEVCLUSTER_DIR", Path(tempfile.gettempdir()) / "grpo-devcluster"))
+
+
+class LocalCluster:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK and KubeRay on 127.0.0.1."""
+
+    def __init__(self, workdir: Path | None = None, ports: Ports | None = None,
+                 pools: tuple[kwok_config.NodePool, ...] = kwok_config.DEFAULT_POOLS,
+                 ray_job_running_seconds: float = 5.0, log=sys.stderr) -> None:
+        self.workdir = Path(workdir or default_workdir())
+        self.ports = ports or Ports()
+        self.pools = pools
+        self.ray_job_running_seconds = ray_job_running_seconds
+        self.log = log
+        self._pids: dict[str, int] = {}
+        self._bins: dict[str, Path] = {}
+
+    # -- paths ---------------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "state.json"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def dashboard_standin_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.dashboard_standin}"
+
+    def bin(self, name: str) -> Path:
+        return self._bins[name]
+
+    @property
+    def kubectl_path(self) -> Path:
+        return self._bins["kubectl"]
+
+    @property
+    def helm_path(self) -> Path:
+        return self._bins["helm"]
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients of this cluster: kubectl, helm, the operator, tests."""
+        return {"KUBECONFIG": str(self.kubeconfig),
+                "PATH": f"{self.kubectl_path.parent}{os.pathsep}{self.helm_path.parent}{os.pathsep}"
+                        + os.environ.get("PATH", "")}
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> LocalCluster:
+        if self.state_file.exists():
+            raise DevClusterError("devcluster", f"a cluster already runs from {self.workdir} "
+                                  "(`grpo-devcluster stop` first, or choose another GRPO_DEVCLUSTER_DIR)")
+        self._check_ports()
+        self._resolve_binaries()
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        self.workdir.mkdir(parents=True)
+        started = time.monotonic()
+        try:
+            creds = pki.generate(self.workdir / "pki", SERVICE_IP)
+            self.kubeconfig.write_text(yaml.safe_dump(pki.kubeconfig(creds, self.server)))
+            self._save_state()
+            self._start_etcd()
+            self._start_apiserver(creds)
+            self._start_controller_manager(creds)
+            self._start_scheduler()
+            self._start_kwok()
+            self._seed_cluster()
+            self._start_dashboard_standin()
+            self._start_kuberay()
+        except BaseException:
+            self.stop()
+            raise
+        print(f"[devcluster] control plane up in {time.monotonic() - started:.1f}s; "
+              f"export KUBECONFIG={self.kubeconfig}", file=self.log, flush=True)
+        return self
+
+    def stop(self) -> None:
+        """Stop every component (reverse order) and remove the state; safe to call twice."""
+        pids = dict(self._pids)
+        if not pids and self.state_file.exists():
+            pids = json.loads(self.state_file.read_text()).get("pids", {})
+        for name in reversed(list(pids)):
+            processes.stop_group(pids[name])
+        self._pids.clear()
+        self.state_file.unlink(missing_ok=True)
+
+    @classmethod
+    def attach(cls, workdir: Path | None = None) -> LocalCluster:
+        """The cluster started earlier from `workdir` (by another process), to use or stop it."""
+        workdir = Path(workdir or default_workdir())
+        state_file = workdir / "state.json"
+        if not state_file.exists():
+            raise DevClusterError("devcluster", f"no cluster runs from {workdir}")
+        state = State(**json.loads(state_file.read_text()))
+        cluster = cls(workdir, Ports(**state.ports))
+        cluster._pids = dict(state.pids)
+        cluster._resolve_binaries()
+        return cluster
+
+    def running(self) -> dict[str, bool]:
+        return {name: processes.alive(pid) for name, pid in self._pids.items()}
+
+    # -- helpers for users of the cluster -------------------------------------------------------------
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(self.kubectl_path), f"--kubeconfig={self.kubeconfig}", *args],
+                                input=input, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise DevClusterError("kubectl", f"`kubectl {' '.join(args)}` failed: {result.stderr.strip()}")
+        return result
+
+    def apply(self, manifests: list[dict] | dict, server_side: bool = False) -> None:
+        docs = manifests if isinstance(manifests, list) else [manifests]
+        args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+        self.kubectl(*args, input=yaml.safe_dump_all(docs))
+
+    # -- components ----------------------------------------------------------------------------------
+    def _check_ports(self) -> None:
+        for port, owner in self.ports.owners().items():
+            if not processes.port_is_free(port):
+                raise DevClusterError(owner.replace("_", "-"), f"port {port} on 127.0.0.1 is already in use; "
+                                      "stop what holds it (`ss -ltnp`) or start with other ports")
+
+    def _resolve_binaries(self) -> None:
+        go = go_version()
+        missing = [c.name for c in (ETCD, KUBERNETES, KWOK, KUBERAY, HELM)
+                   if not (component_dir(c, go) / ".complete").is_file()]
+        if missing:
+            print(f"[devcluster] building {', '.join(missing)} (first run; cached afterwards)",
+                  file=self.log, flush=True)
+            build_all(log=self.log)
+        for component in (ETCD, KUBERNETES, KWOK, KUBERAY, HELM):
+            directory = component_dir(component, go)
+            for name in component.commands:
+                self._bins[name] = directory / "bin" / name
+        self._bins["kuberay-crds"] = component_dir(KUBERAY, go) / "crds"
+
+    def _launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> processes.Started:
+        started = processes.start(name, argv, self.log_dir, env)
+        self._pids[name] = started.pid
+        self._save_state()
+        return started
+
+    def _save_state(self) -> None:
+        state = State(str(self.workdir), asdict(self.ports), dict(self._pids))
+        self.state_file.write_text(json.dumps(asdict(state)))
+
+    def _tls(self, creds: pki.Pki) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(creds.ca_cert))
+
+    def _start_etcd(self) -> None:
+        p = self.ports
+        peer = f"http://127.0.0.1:{p.etcd_peer}"
+        started = self._launch("etcd", [
+            str(self.bin("etcd")), "--name=devcluster", f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{p.etcd_client}",
+            f"--advertise-client-urls=http://127.0.0.1:{p.etcd_client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=devcluster={peer}",
+            # Test data: durability buys nothing and fsync dominates start-up on slow disks.
+            "--unsafe-no-fsync", "--log-level=warn",
+        ])
+        processes.wait_until("etcd", lambda: processes.http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
+                             started, 60)
+
+    def _start_apiserver(self, creds: pki.Pki) -> None:
+        p = self.ports
+        started = self._launch("kube-apiserver", [
+            str(self.bin("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={p.apiserver}",
+            f"--tls-cert-file={creds.serving_cert}", f"--tls-private-key-file={creds.serving_key}",
+            f"--client-ca-file={creds.ca_cert}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={creds.sa_pub}",
+            f"--service-account-signing-key-file={creds.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # No Endpoints for the `kubernetes` Service: nothing in-cluster could reach them anyway.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true", "--profiling=false",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+        ])
+        context = self._tls(creds)
+        processes.wait_until("kube-apiserver",
+                             lambda: processes.http_ok(f"{self.server}/readyz", context), started, 120)
+
+    def _start_controller_manager(self, creds: pki.Pki) -> None:
+        p = self.ports
+        started = self._launch("kube-controller-manager", [
+            str(self.bin("kube-controller-manager")),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={p.controller_manager}",
+            f"--service-account-private-key-file={creds.sa_key}", f"--root-ca-file={creds.ca_cert}",
+            f"--cluster-signing-cert-file={creds.ca_cert}", f"--cluster-signing-key-file={creds.ca_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=false",
+            "--use-service-account-credentials=true", "--leader-elect=false",
+            f"--cert-dir={self.workdir / 'kcm-certs'}",
+        ])
+        context = self._tls_insecure()
+        processes.wait_until("kube-controller-manager", lambda: processes.http_ok(
+            f"https://127.0.0.1:{p.controller_manager}/healthz", context), started, 60)
+
+    def _start_scheduler(self) -> None:
+        p = self.ports
+        started = self._launch("kube-scheduler", [
+            str(self.bin("kube-scheduler")),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={p.scheduler}", "--leader-elect=false",
+            f"--cert-dir={self.workdir / 'scheduler-certs'}",
+        ])
+        context = self._tls_insecure()
+        processes.wait_until("kube-scheduler", lambda: processes.http_ok(
+            f"https://127.0.0.1:{p.scheduler}/healthz", context), started, 60)
+
+    @staticmethod
+    def _tls_insecure() -> ssl.SSLContext:
+        # The controller-manager and scheduler serve health on self-signed certificates they make
+        # themselves at start; only liveness is read from them, on loopback.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+
+    def _start_kwok(self) -> None:
+        p = self.ports
+        config = self.workdir / "kwok.yaml"
+        config.write_text(kwok_config.kwok_config_yaml())
+        started = self._launch("kwok", [
+            str(self.bin("kwok")), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+            f"--manage-nodes-with-annotation-selector={kwok_config.FAKE_NODE_ANNOTATION}=fake",
+            f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{p.kwok}",
+        ])
+        processes.wait_until("kwok", lambda: processes.http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
+                             started, 60)
+
+    def _seed_cluster(self) -> None:
+        """Fake GPU nodes, the default StorageClass and KubeRay's CRDs; wait until all are usable."""
+        self.apply(kwok_config.node_manifests(self.pools) + [kwok_config.storage_class()])
+        # Too large for client-side apply's last-applied annotation.
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("kuberay-crds")))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     "crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io", timeout=90)
+        self.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "nodes", "--all", timeout=90)
+        # The `default` namespace's ServiceAccount comes from kube-controller-manager; pods need it.
+        deadline = time.monotonic() + 60
+        while self.kubectl("get", "serviceaccount", "default", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise DevClusterError("kube-controller-manager", "never created the default ServiceAccount")
+            time.sleep(0.3)
+
+    def _start_dashboard_standin(self) -> None:
+        p = self.ports
+        started = self._launch("ray-dashboard-standin", [
+            sys.executable, "-m", "grpo_devcluster.dashboard_standin", f"--port={p.dashboard_standin}",
+            f"--running-seconds={self.ray_job_running_seconds}",
+        ], env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        processes.wait_until("ray-dashboard-standin", lambda: processes.http_ok(
+            f"{self.dashboard_standin_url}/-/healthz"), started, 30)
+
+    def _start_kuberay(self) -> None:
+        p = self.ports
+        started = self._launch("kuberay-operator", [
+            str(self.bin("ray-operator")), f"--metrics-addr=127.0.0.1:{p.kuberay_metrics}",
+            f"--health-probe-bind-address=127.0.0.1:{p.kuberay_probe}", "--enable-leader-election=false",
+            "--log-stdout-encoder=console",
+        ], env={
+            "KUBECONFIG": str(self.kubeconfig),
+            # Every Ray dashboard request (…svc.cluster.local:8265) goes to the loopback stand-in;
+            # Go never proxies loopback, so API-server traffic stays direct.
+            "HTTP_PROXY": self.dashboard_standin_url, "http_proxy": self.dashboard_standin_url,
+            "HTTPS_PROXY": self.dashboard_standin_url, "https_proxy": self.dashboard_standin_url,
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+        })
+        processes.wait_until("kuberay-operator", lambda: processes.http_ok(
+            f"http://127.0.0.1:{p.kuberay_probe}/readyz"), started, 60)

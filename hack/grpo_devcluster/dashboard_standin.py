@@ -1,0 +1,192 @@
+"""A loopback stand-in for the Ray dashboard's job REST API, which KubeRay polls.
+
+KubeRay's RayJob controller asks `http://<head-svc>.<ns>.svc.cluster.local:8265/api/jobs/<id>` for
+the job's status. There is no Ray here, and that address must never be dialled, so KubeRay runs
+with HTTP_PROXY pointing at this server: Go's HTTP client then sends the request, absolute URL and
+all, to 127.0.0.1. Tests choose each RayJob's outcome through the control endpoints under `/-/`.
+
+Run: python -m grpo_devcluster.dashboard_standin --port 18265 [--running-seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+STATUSES = TERMINAL | {"PENDING", "RUNNING"}
+
+
+@dataclass
+class Outcome:
+    """What a RayJob's Ray job reports: `status` once `after_seconds` passed since its first poll."""
+
+    status: str = "SUCCEEDED"
+    message: str = "Job finished successfully (simulated by grpo-devcluster)."
+    after_seconds: float = 5.0
+
+
+@dataclass
+class StandinState:
+    default: Outcome = field(default_factory=Outcome)
+    outcomes: dict[tuple[str, str], Outcome] = field(default_factory=dict)
+    first_seen: dict[str, float] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)
+    requests: list[dict] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def rayjob_of(job_id: str) -> str:
+    """KubeRay names a RayJob's Ray job `<rayjob>-<5 random chars>`."""
+    return job_id.rsplit("-", 1)[0] if "-" in job_id else job_id
+
+
+def namespace_of(host: str) -> str:
+    """`<head-svc>.<namespace>.svc.cluster.local[:port]` → namespace; '' if the host has another shape."""
+    parts = host.split(":", 1)[0].split(".")
+    return parts[1] if len(parts) >= 3 and parts[2] == "svc" else ""
+
+
+def job_info(state: StandinState, namespace: str, job_id: str, now: float) -> dict:
+    """The JSON body of `GET /api/jobs/<id>`, in the shape of Ray's JobDetails."""
+    with state.lock:
+        first = state.first_seen.setdefault(job_id, now)
+        outcome = state.outcomes.get((namespace, rayjob_of(job_id)), state.default)
+        stopped = job_id in state.stopped
+    start_ms = int(first * 1000)
+    if stopped:
+        status, message, end_ms = "STOPPED", "Job was stopped.", int(now * 1000)
+    elif now - first >= outcome.after_seconds:
+        status, message = outcome.status, outcome.message
+        end_ms = int((first + outcome.after_seconds) * 1000) if status in TERMINAL else 0
+    else:
+        status, message, end_ms = "RUNNING", "Job is running (simulated by grpo-devcluster).", 0
+    info = {"job_id": job_id, "submission_id": job_id, "status": status, "message": message,
+            "entrypoint": "", "start_time": start_ms, "type": "SUBMISSION"}
+    if end_ms:
+        info["end_time"] = end_ms
+    if status == "FAILED":
+        info["error_type"] = "JOB_ENTRYPOINT_COMMAND_ERROR"
+    return info
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: StandinState  # set on the subclass made by make_server
+
+    def log_message(self, format: str, *args) -> None:  # quiet: the request log is kept in state
+        return
+
+    def _send(self, code: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _target(self) -> tuple[str, str]:
+        url = urlsplit(self.path)
+        return (url.netloc or self.headers.get("Host", "")), url.path
+
+    def _record(self, host: str, path: str) -> None:
+        with self.state.lock:
+            self.state.requests.append({"method": self.command, "host": host, "path": path})
+            del self.state.requests[:-1000]
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self) -> None:
+        host, path = self._target()
+        if path.startswith("/-/"):
+            return self._control_get(path)
+        self._record(host, path)
+        if path.rstrip("/") == "/api/jobs":
+            with self.state.lock:
+                ids = list(self.state.first_seen)
+            return self._send(200, [job_info(self.state, namespace_of(host), i, time.time()) for i in ids])
+        if path.startswith("/api/jobs/"):
+            job_id = path.removeprefix("/api/jobs/").strip("/")
+            return self._send(200, job_info(self.state, namespace_of(host), job_id, time.time()))
+        if path == "/api/version":
+            return self._send(200, {"version": "standin", "ray_version": "2.52.1"})
+        self._send(404, {"error": f"no such endpoint {path}"})
+
+    def do_POST(self) -> None:
+        host, path = self._target()
+        self._record(host, path)
+        if path.startswith("/api/jobs/") and path.endswith("/stop"):
+            job_id = path.removeprefix("/api/jobs/").removesuffix("/stop").strip("/")
+            with self.state.lock:
+                self.state.stopped.add(job_id)
+            return self._send(200, {"stopped": True})
+        if path.rstrip("/") == "/api/jobs":
+            body = self._body()
+            job_id = body.get("submission_id") or "standin-job"
+            with self.state.lock:
+                self.state.first_seen.setdefault(job_id, time.time())
+            return self._send(200, {"job_id": job_id, "submission_id": job_id})
+        self._send(404, {"error": f"no such endpoint {path}"})
+
+    def do_DELETE(self) -> None:
+        host, path = self._target()
+        self._record(host, path)
+        self._send(200, {"deleted": True})
+
+    def do_PUT(self) -> None:
+        _, path = self._target()
+        try:
+            body = self._body()
+            outcome = Outcome(status=body.get("status", "SUCCEEDED"),
+                              message=body.get("message", Outcome.message),
+                              after_seconds=float(body.get("afterSeconds", 0)))
+        except (ValueError, TypeError) as exc:
+            return self._send(400, {"error": f"bad outcome: {exc}"})
+        if outcome.status not in STATUSES:
+            return self._send(400, {"error": f"status must be one of {sorted(STATUSES)}"})
+        parts = path.strip("/").split("/")
+        with self.state.lock:
+            if parts == ["-", "default"]:
+                self.state.default = outcome
+            elif len(parts) == 4 and parts[:2] == ["-", "outcomes"]:
+                self.state.outcomes[(parts[2], parts[3])] = outcome
+            else:
+                return self._send(404, {"error": "PUT /-/default or /-/outcomes/<namespace>/<rayjob>"})
+        self._send(200, asdict(outcome))
+
+    def _control_get(self, path: str) -> None:
+        with self.state.lock:
+            if path == "/-/requests":
+                return self._send(200, list(self.state.requests))
+            if path == "/-/healthz":
+                return self._send(200, {"ok": True})
+        self._send(404, {"error": f"no such control endpoint {path}"})
+
+
+def make_server(port: int, default: Outcome | None = None) -> ThreadingHTTPServer:
+    state = StandinState(default=default or Outcome())
+    handler = type("Handler", (_Handler,), {"state": state})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--running-seconds", type=float, default=5.0,
+                        help="how long a Ray job reports RUNNING before its outcome (default 5)")
+    parser.add_argument("--default-status", default="SUCCEEDED", choices=sorted(TERMINAL | {"RUNNING"}))
+    args = parser.parse_args(argv)
+    default = Outcome(status=args.default_status, after_seconds=args.running_seconds)
+    make_server(args.port, default).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

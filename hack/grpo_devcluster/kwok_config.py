@@ -1,0 +1,282 @@
+"""KWOK configuration: the lifecycle stages it plays and the fake 8-GPU nodes it manages.
+
+The standalone kwok binary ships no stages, so without these nothing would ever become Ready.
+Everything here is pure: it returns manifests, the caller writes or applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
+
+_NOW = "{{ $now := Now }}"
+
+_NODE_CONDITIONS = """
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ or $.metadata.creationTimestamp $now | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+"""
+
+# Node becomes Ready with its addresses on loopback, so nothing ever dials a routable node address.
+_NODE_INITIALIZE = _NOW + _NODE_CONDITIONS + """
+addresses:
+- address: {{ NodeIP | Quote }}
+  type: InternalIP
+- address: {{ .metadata.name | Quote }}
+  type: Hostname
+allocatable: {{ .status.allocatable | toJson }}
+capacity: {{ .status.capacity | toJson }}
+nodeInfo:
+  architecture: amd64
+  containerRuntimeVersion: kwok
+  kernelVersion: kwok
+  kubeletVersion: kwok
+  kubeProxyVersion: kwok
+  operatingSystem: linux
+  osImage: kwok fake GPU node
+phase: Running
+"""
+
+_POD_RUNNING = _NOW + """
+{{ $root := . }}
+conditions:
+- {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: Ready, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: PodScheduled, status: "True", lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  restartCount: 0
+  started: true
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+{{ with NodeIPsWith .spec.nodeName }}
+hostIP: {{ index . 0 | Quote }}
+{{ end }}
+{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ index . 0 | Quote }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_POD_SUCCEEDED = _NOW + """
+conditions:
+- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 0
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+phase: Succeeded
+"""
+
+# A test makes a Job's pod fail by giving it this annotation, with the message as its value.
+FAIL_POD_ANNOTATION = "devcluster.grpo.dev/fail"
+
+_POD_FAILED = _NOW + """
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 1
+      reason: Error
+      message: {{ index $.metadata.annotations "%s" | Quote }}
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+message: {{ index .metadata.annotations "%s" | Quote }}
+phase: Failed
+""" % (FAIL_POD_ANNOTATION, FAIL_POD_ANNOTATION)
+
+
+STORAGE_CLASS = "devcluster-local"
+
+# The provisioner KWOK plays: a PV pre-bound to the claim; kube-controller-manager's PV controller
+# then completes the binding, exactly as it does for a real dynamic provisioner.
+_PV_FOR_CLAIM = """
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: pvc-{{ .metadata.uid }}
+  annotations:
+    pv.kubernetes.io/provisioned-by: devcluster.grpo.dev/kwok
+spec:
+  accessModes: {{ .spec.accessModes | toJson }}
+  capacity: {{ .spec.resources.requests | toJson }}
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: {{ .spec.storageClassName | Quote }}
+  volumeMode: {{ or .spec.volumeMode "Filesystem" | Quote }}
+  claimRef:
+    apiVersion: v1
+    kind: PersistentVolumeClaim
+    name: {{ .metadata.name | Quote }}
+    namespace: {{ .metadata.namespace | Quote }}
+    uid: {{ .metadata.uid | Quote }}
+  hostPath:
+    path: /nonexistent/devcluster/pvc-{{ .metadata.uid }}
+"""
+
+
+def storage_class() -> dict:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS,
+                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "devcluster.grpo.dev/kwok",
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+def _pvc_provision_stage() -> dict:
+    cel = [f"self.spec.storageClassName == '{STORAGE_CLASS}'", "!has(self.metadata.deletionTimestamp)",
+           "!has(self.spec.volumeName)"]
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "pvc-provision"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "PersistentVolumeClaim"},
+            "selector": {"matchExpressions": [{"cel": {"expression": e}} for e in cel]},
+            "next": {"steps": [{"apply": {"template": _PV_FOR_CLAIM}}]},
+        },
+    }
+
+
+def _stage(name: str, kind: str, expressions: list[dict], next_: dict, delay_ms: int = 0,
+           immediate_next: bool = False) -> dict:
+    spec: dict = {
+        "resourceRef": {"apiGroup": "v1", "kind": kind},
+        "selector": {"matchExpressions": expressions},
+        "next": next_,
+    }
+    if delay_ms:
+        spec["delay"] = {"durationMilliseconds": delay_ms}
+    if immediate_next:
+        spec["immediateNextStage"] = True
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+
+
+def _exists(key: str, present: bool) -> dict:
+    return {"key": key, "operator": "Exists" if present else "DoesNotExist"}
+
+
+def _in(key: str, *values: str) -> dict:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def stages(pod_ready_delay_ms: int = 500) -> list[dict]:
+    """The node and pod lifecycle KWOK simulates: nodes go Ready and heartbeat; pods run; Job pods finish."""
+    ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+    not_deleted = _exists(".metadata.deletionTimestamp", False)
+    owned_by_job = _in(".metadata.ownerReferences.[].kind", "Job")
+    return [
+        _stage("node-initialize", "Node", [{"key": ready, "operator": "NotIn", "values": ["True"]}],
+               {"statusTemplate": _NODE_INITIALIZE}),
+        _stage("node-heartbeat", "Node", [_in(".status.phase", "Running"), _in(ready, "True")],
+               {"statusTemplate": _NOW + _NODE_CONDITIONS}, delay_ms=20000, immediate_next=True),
+        _stage("pod-ready", "Pod",
+               [not_deleted, _exists(".spec.nodeName", True), _in(".status.phase", "Pending")],
+               {"statusTemplate": _POD_RUNNING}, delay_ms=pod_ready_delay_ms),
+        _stage("pod-fail", "Pod",
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job,
+                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True)],
+               {"statusTemplate": _POD_FAILED}, delay_ms=pod_ready_delay_ms),
+        _stage("pod-complete", "Pod",
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job,
+                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', False)],
+               {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
+        _stage("pod-delete", "Pod", [_exists(".metadata.deletionTimestamp", True)], {"delete": True}),
+        _pvc_provision_stage(),
+    ]
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """A set of identical fake GPU servers sharing a pool label."""
+
+    name: str
+    count: int
+    gpus: int = 8
+    cpu: str = "96"
+    memory: str = "1Ti"
+
+
+DEFAULT_POOLS: tuple[NodePool, ...] = (NodePool("train", 2), NodePool("rollout", 2))
+
+POOL_LABEL = "grpo.dev/pool"
+
+
+def node_manifest(pool: NodePool, index: int) -> dict:
+    """A Node shaped like an 8x A100-80GB server, labelled the way the NVIDIA GPU operator labels it."""
+    allocatable = {
+        "cpu": pool.cpu,
+        "memory": pool.memory,
+        "pods": "110",
+        "nvidia.com/gpu": str(pool.gpus),
+        "ephemeral-storage": "7Ti",
+    }
+    name = f"gpu-{pool.name}-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "a2-ultragpu-8g",
+                POOL_LABEL: pool.name,
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+                "nvidia.com/gpu.count": str(pool.gpus),
+                "nvidia.com/gpu.memory": "81920",
+                "nvidia.com/gpu.family": "ampere",
+            },
+        },
+        "spec": {},
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+
+
+def node_manifests(pools: tuple[NodePool, ...] = DEFAULT_POOLS) -> list[dict]:
+    return [node_manifest(pool, i) for pool in pools for i in range(pool.count)]
+
+
+def kwok_config_yaml(pod_ready_delay_ms: int = 500) -> str:
+    return yaml.safe_dump_all(stages(pod_ready_delay_ms), sort_keys=False)
