@@ -1,0 +1,6 @@
+"""grpo-operator: a GRPOJob becomes a role-pinned KubeRay RayJob running verl GRPO training."""
+
+GROUP = "grpo.dev"
+VERSION = "v1alpha1"
+KIND = "GRPOJob"
+PLURAL = "grpojobs"

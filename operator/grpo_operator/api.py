@@ -1,0 +1,878 @@
+"""The GRPOJob API (grpo.dev/v1alpha1): the single source of truth.
+
+These pydantic models are, at once, the CRD's OpenAPI schema (see ``crd.py``), its defaults,
+its ``kubectl explain`` text (every field's description) and its server-side CEL validation
+(``x-kubernetes-validations`` attached beside the fields they judge). The operator parses a
+GRPOJob body with ``GRPOJob.model_validate(body)`` or just the spec with
+``GRPOJobSpec.model_validate(body["spec"])``.
+
+Attribute names are snake_case; JSON names are camelCase (aliases). ``populate_by_name`` lets
+Python code and tests build specs with either spelling.
+
+Every string, list and map in the spec is bounded (maxLength/maxItems/maxProperties): the
+immutability rules compare whole subtrees with ``self == oldSelf`` and the apiserver rejects a
+CRD whose CEL rules have an unbounded estimated cost.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# Bounds shared by many fields. Chosen from the Kubernetes limits they mirror.
+NAME_MAX = 253  # DNS-1123 subdomain: PVC, ConfigMap, Secret, ServiceAccount, PriorityClass names
+LABEL_VALUE_MAX = 63
+PATH_MAX = 1024
+IMAGE_MAX = 512
+QUANTITY_MAX = 32
+# KubeRay refuses RayJob names above 47 characters (MaxRayJobNameLength); the RayJob takes the
+# GRPOJob's name, so the GRPOJob inherits the limit.
+JOB_NAME_MAX = 47
+
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# Kubernetes resource.Quantity as the apiserver's OpenAPI spells it, minus the sign: a negative
+# CPU or memory is never meant.
+QUANTITY_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"  # noqa: E501
+
+
+def cel(rule: str, message: str) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry. Messages name the field and the fix."""
+    return {"rule": rule, "message": message}
+
+
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    """``json_schema_extra`` carrying CEL rules; ``crd.py`` keeps them on the inlined schema."""
+    return {"x-kubernetes-validations": list(rules)}
+
+
+def immutable(field: str) -> dict[str, Any]:
+    """A transition rule that freezes a subtree once the GRPOJob exists.
+
+    A running RayJob cannot follow a changed spec (the handlers create children once), so a
+    changed field would silently diverge from what runs; refusing it at apply time is honest.
+    """
+    return validations(
+        cel(
+            "self == oldSelf",
+            f"spec.{field} is immutable once the GRPOJob exists; delete the GRPOJob and create a new one "
+            "(its checkpoints stay on the checkpoint PVC unless checkpoints.deletePolicy is Delete)",
+        )
+    )
+
+
+class ApiModel(BaseModel):
+    """Base: camelCase JSON, snake_case Python, unknown fields refused, values immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=DNS1123_SUBDOMAIN)]
+RelPath = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=PATH_MAX,
+        json_schema_extra=validations(
+            cel(
+                "!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",
+                "must be a path relative to the volume's root: drop the leading '/' and any '..'",
+            )
+        ),
+    ),
+]
+Quantity = int | Annotated[str, Field(max_length=QUANTITY_MAX, pattern=QUANTITY_PATTERN)]
+LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=LABEL_VALUE_MAX)]], Field(max_length=32)]
+
+
+# --------------------------------------------------------------------------- model and data
+
+
+class ModelSource(ApiModel):
+    """A HuggingFace model directory on a PersistentVolumeClaim, mounted read-only."""
+
+    claim_name: Name = Field(
+        description="Name of a PersistentVolumeClaim in the job's namespace holding the model; mounted "
+        "read-only."
+    )
+    path: RelPath = Field(
+        description="Directory of the HuggingFace model (config.json, weights, tokenizer) relative to the "
+        "claim's root, e.g. Qwen2-7B-Instruct."
+    )
+
+
+class DataSpec(ApiModel):
+    """Training prompts on a PVC and the sequence/batch sizes verl trains with."""
+
+    claim_name: Name = Field(
+        description="Name of a PersistentVolumeClaim holding the datasets; mounted read-only at /data."
+    )
+    train_files: list[RelPath] = Field(
+        min_length=1,
+        max_length=64,
+        description="Training files relative to the claim's root. .jsonl files are converted to parquet by "
+        "the trainer; .parquet files are used as they are.",
+    )
+    val_files: list[RelPath] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Optional validation files. Validation is off by default; when empty the trainer "
+        "generates a one-row file because verl still reads data.val_files.",
+    )
+    prompt_key: str = Field(
+        default="prompt",
+        min_length=1,
+        max_length=128,
+        description="Column holding the prompt (verl data.prompt_key).",
+    )
+    max_prompt_length: int = Field(
+        default=512, ge=1, le=131072, description="Maximum prompt tokens (verl data.max_prompt_length)."
+    )
+    max_response_length: int = Field(
+        default=1024,
+        ge=1,
+        le=131072,
+        description="Maximum generated tokens per response (verl data.max_response_length).",
+    )
+    train_batch_size: int = Field(
+        default=256,
+        ge=1,
+        le=1048576,
+        description="Prompts per training step (verl data.train_batch_size); each prompt is sampled "
+        "algorithm.groupSize times.",
+    )
+    oversize: Literal["drop", "refuse"] = Field(
+        default="drop",
+        description="What the trainer does with prompts longer than maxPromptLength tokens: drop them "
+        "(logged with a count) or refuse to start.",
+    )
+
+
+class TrainingSpec(ApiModel):
+    """How long to train: exactly one of totalSteps or epochs."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.totalSteps) != has(self.epochs)",
+                "spec.training needs exactly one of totalSteps or epochs; set one and remove the other",
+            )
+        )
+    )
+
+    total_steps: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="Training steps (verl trainer.total_training_steps)."
+    )
+    epochs: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Passes over the training data (verl trainer.total_epochs).",
+    )
+
+
+# --------------------------------------------------------------------------- algorithm
+
+
+class KLLoss(ApiModel):
+    """KL divergence to the reference policy, added to the actor loss (GRPO's usual choice)."""
+
+    enabled: bool = Field(default=True, description="Add the KL loss (verl actor.use_kl_loss).")
+    coef: float = Field(default=0.001, ge=0, le=10, description="KL loss weight (verl actor.kl_loss_coef).")
+    type: Literal["kl", "abs", "mse", "low_var_kl", "full"] = Field(
+        default="low_var_kl", description="KL estimator (verl actor.kl_loss_type)."
+    )
+
+
+class AlgorithmSpec(ApiModel):
+    """GRPO settings."""
+
+    adv_estimator: Literal["grpo", "rloo", "reinforce_plus_plus", "remax", "opo", "grpo_passk"] = Field(
+        default="grpo", description="Advantage estimator (verl algorithm.adv_estimator)."
+    )
+    group_size: int = Field(
+        default=8,
+        ge=2,
+        le=1024,
+        description="Responses sampled per prompt; GRPO normalises rewards within each group "
+        "(verl actor_rollout_ref.rollout.n).",
+    )
+    kl_loss: KLLoss = Field(default_factory=KLLoss, description="KL loss to the reference policy.")
+    mini_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1048576,
+        description="Prompts per policy update (verl actor.ppo_mini_batch_size). Defaults to "
+        "data.trainBatchSize: one on-policy update per step. Must not exceed data.trainBatchSize.",
+    )
+    micro_batch_size_per_gpu: int = Field(
+        default=4,
+        ge=1,
+        le=4096,
+        alias="microBatchSizePerGPU",
+        description="Sequences per forward/backward pass on one GPU (verl actor.ppo_micro_batch_size_per_gpu "
+        "and the log-prob micro batches of actor and reference). Lower it when a GPU runs out of memory.",
+    )
+    learning_rate: float = Field(
+        default=1e-6, gt=0, le=1, description="Actor learning rate (verl actor.optim.lr)."
+    )
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+class RolloutSpec(ApiModel):
+    """The generation engine that samples responses."""
+
+    engine: Literal["vllm"] = Field(
+        default="vllm",
+        description="Inference engine (verl actor_rollout_ref.rollout.name). The trainer image ships vLLM.",
+    )
+    tensor_parallel_size: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="GPUs per vLLM engine (verl rollout.tensor_model_parallel_size). Must divide the GPUs "
+        "per pod of the role that runs the rollout (rollout in disaggregated mode, actor in colocated).",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.7,
+        gt=0,
+        le=1,
+        description="Fraction of GPU memory vLLM may take (verl rollout.gpu_memory_utilization).",
+    )
+    temperature: float = Field(default=0.7, ge=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(default=0.9, gt=0, le=1, description="Nucleus sampling top_p.")
+    chunked_prefill: bool = Field(
+        default=True, description="vLLM chunked prefill (verl rollout.enable_chunked_prefill)."
+    )
+    max_num_batched_tokens: int = Field(
+        default=16384,
+        ge=1,
+        le=1048576,
+        description="vLLM max_num_batched_tokens (verl rollout.max_num_batched_tokens).",
+    )
+    max_model_len_factor: float = Field(
+        default=1.2,
+        ge=1,
+        le=8,
+        description="vLLM max_model_len = (maxPromptLength + maxResponseLength) x this factor, clamped "
+        "by the "
+        "trainer to the model's max_position_embeddings with a warning.",
+    )
+
+
+# --------------------------------------------------------------------------- reward
+
+
+class RewardFunction(ApiModel):
+    """A Python reward function from a ConfigMap in the job's namespace."""
+
+    config_map_name: Name = Field(
+        description="ConfigMap holding the Python file; mounted at /etc/grpo/reward/."
+    )
+    key: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key of the ConfigMap whose value is the Python file, e.g. reward.py.",
+    )
+    name: str = Field(
+        default="compute_score",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Function to call, with verl's compute_score(data_source, solution_str, ground_truth, "
+        "extra_info) signature (verl reward.custom_reward_function.name).",
+    )
+
+
+class RewardSpec(ApiModel):
+    """How responses are scored."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.type != 'function' || has(self.function)",
+                "reward.type=function needs reward.function {configMapName, key, name}; add it or choose "
+                "another reward.type",
+            ),
+            cel(
+                "self.type != 'model' || has(self.model)",
+                "reward.type=model needs reward.model {claimName, path}; add it or choose another "
+                "reward.type",
+            ),
+            cel(
+                "self.type == 'function' || !has(self.function)",
+                "reward.function is only read when reward.type=function; remove reward.function or set "
+                "reward.type=function",
+            ),
+            cel(
+                "self.type == 'model' || !has(self.model)",
+                "reward.model is only read when reward.type=model; remove reward.model or set "
+                "reward.type=model",
+            ),
+        )
+    )
+
+    type: Literal["length", "function", "model"] = Field(
+        default="length",
+        description="length: the trainer's built-in response-length reward (runs on CPU). function: a Python "
+        "function from a ConfigMap (runs on CPU). model: a reward model served on GPUs.",
+    )
+    function: RewardFunction | None = Field(
+        default=None, description="The reward function; required when type is function."
+    )
+    model: ModelSource | None = Field(
+        default=None,
+        description="The reward model; required when type is model. Mounted at /models when on the policy "
+        "model's claim, else at /reward-models.",
+    )
+
+
+# --------------------------------------------------------------------------- placement
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration (core/v1 Toleration)."""
+
+    key: str | None = Field(default=None, max_length=NAME_MAX, description="Taint key; empty matches all.")
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists or Equal (Kubernetes treats empty as Equal)."
+    )
+    value: str | None = Field(default=None, max_length=LABEL_VALUE_MAX, description="Taint value for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty matches all."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, description="How long a NoExecute taint is tolerated."
+    )
+
+
+class PodResources(ApiModel):
+    """CPU and memory of each pod of a role (requests = limits). GPUs come from the role's gpus."""
+
+    cpu: Quantity | None = Field(
+        default=None,
+        description="CPUs per pod. Defaults to 3 per GPU + 1. Must be at least 3 per GPU: verl asks Ray for "
+        "3 CPUs with every GPU it places.",
+    )
+    memory: Quantity | None = Field(
+        default=None, description="Memory per pod. Defaults to 32Gi per GPU + 8Gi."
+    )
+
+
+class RoleSpec(ApiModel):
+    """One worker group of the Ray cluster: replicas pods of gpus GPUs each, pinned to nodes."""
+
+    gpus: int = Field(ge=1, le=64, description="GPUs per pod; must fit on one node (placement.gpusPerNode).")
+    replicas: int = Field(default=1, ge=1, le=256, description="Pods of this role (one per node).")
+    node_selector: LabelMap = Field(
+        default_factory=dict,
+        description="Node labels the role's pods require, e.g. {grpo.dev/pool: train}.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=16, description="Taints the role's pods tolerate."
+    )
+    resources: PodResources = Field(
+        default_factory=PodResources, description="CPU and memory overrides per pod."
+    )
+
+
+class HeadResources(ApiModel):
+    """CPU and memory of the Ray head pod (requests = limits)."""
+
+    cpu: Quantity | None = Field(
+        default=None,
+        description="CPUs of the head pod. Defaults to 8: it runs the verl driver, the data loader and "
+        "rule-based rewards.",
+    )
+    memory: Quantity | None = Field(default=None, description="Memory of the head pod. Defaults to 32Gi.")
+
+
+class HeadSpec(ApiModel):
+    """The Ray head pod: no GPUs; runs the verl driver, the data loader and CPU rewards."""
+
+    node_selector: LabelMap = Field(default_factory=dict, description="Node labels the head pod requires.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=16, description="Taints the head pod tolerates."
+    )
+    resources: HeadResources = Field(
+        default_factory=HeadResources, description="CPU and memory of the head pod."
+    )
+
+
+class Roles(ApiModel):
+    """Worker groups by role. Which roles are allowed depends on placement.mode and reward.type."""
+
+    actor: RoleSpec | None = Field(
+        default=None,
+        description="Actor (policy training, plus reference and vLLM in colocated mode). In colocated "
+        "mode it "
+        "defaults to one pod with placement.gpusPerNode GPUs.",
+    )
+    rollout: RoleSpec | None = Field(
+        default=None, description="vLLM generation; disaggregated mode only (required there)."
+    )
+    reward: RoleSpec | None = Field(
+        default=None,
+        description="Reward-model GPUs; only for reward.type=model (without it the reward model shares the "
+        "actor's GPUs).",
+    )
+
+
+def _has_role(role: str, placement: str = "self") -> str:
+    # has() on a chain errors when a middle link is missing, so test roles first.
+    return f"(has({placement}.roles) && has({placement}.roles.{role}))"
+
+
+def _fits_node(role: str) -> dict[str, str]:
+    return cel(
+        f"!{_has_role(role)} || self.roles.{role}.gpus <= self.gpusPerNode",
+        f"placement.roles.{role}.gpus must not exceed placement.gpusPerNode (a pod cannot span nodes); "
+        f"lower gpus and raise placement.roles.{role}.replicas instead",
+    )
+
+
+class PlacementSpec(ApiModel):
+    """Where the actor, rollout and reward workers run."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            _fits_node("actor"),
+            _fits_node("rollout"),
+            _fits_node("reward"),
+            cel(
+                f"self.mode != 'disaggregated' || ({_has_role('actor')} && {_has_role('rollout')})",
+                "placement.mode=disaggregated needs placement.roles.actor and placement.roles.rollout; add "
+                "both or use placement.mode=colocated",
+            ),
+            cel(
+                f"self.mode != 'colocated' || !{_has_role('rollout')}",
+                "placement.mode=colocated runs vLLM on the actor's GPUs; remove placement.roles.rollout "
+                "or use "
+                "placement.mode=disaggregated",
+            ),
+        )
+    )
+
+    mode: Literal["colocated", "disaggregated"] = Field(
+        default="colocated",
+        description="colocated: actor, reference and vLLM time-share the same GPUs (verl's hybrid "
+        "engine; the "
+        "efficient default). disaggregated: separate actor and rollout worker groups.",
+    )
+    gpus_per_node: int = Field(default=8, ge=1, le=64, description="GPUs on each node of the pools used.")
+    roles: Roles = Field(default_factory=Roles, description="Worker groups by role.")
+    head: HeadSpec = Field(default_factory=HeadSpec, description="The Ray head pod (no GPUs).")
+
+
+# --------------------------------------------------------------------------- checkpoints, export
+
+
+class VolumeSpec(ApiModel):
+    """An existing claim, or a new PVC the operator creates as <job>-checkpoints."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.claimName) != has(self.size)",
+                "checkpoints.volume needs exactly one of claimName (an existing PVC) or size (a new PVC); "
+                "set one and remove the other",
+            ),
+            cel(
+                "has(self.size) || (!has(self.storageClassName) && !has(self.accessModes))",
+                "checkpoints.volume.storageClassName and accessModes only apply to a new PVC (size); "
+                "remove them when using claimName",
+            ),
+        )
+    )
+
+    claim_name: Name | None = Field(default=None, description="An existing PersistentVolumeClaim to use.")
+    size: Annotated[str, Field(max_length=QUANTITY_MAX, pattern=QUANTITY_PATTERN)] | None = Field(
+        default=None, description="Size of a new PVC, e.g. 500Gi."
+    )
+    storage_class_name: Name | None = Field(
+        default=None, description="StorageClass of a new PVC; the cluster default when empty."
+    )
+    access_modes: list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="Access modes of a new PVC. Defaults to ReadWriteMany: every actor pod writes its shards "
+        "and the export Job reads them.",
+    )
+
+
+def _default_volume() -> VolumeSpec:
+    return VolumeSpec(size="100Gi")
+
+
+class CheckpointSpec(ApiModel):
+    """Checkpoints on a PVC: saved every saveEvery steps, resumed automatically on retry."""
+
+    save_every: int = Field(
+        default=50, ge=1, le=1_000_000, description="Steps between checkpoints (verl trainer.save_freq)."
+    )
+    keep: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Checkpoints kept; older ones are deleted (verl trainer.max_actor_ckpt_to_keep).",
+    )
+    volume: VolumeSpec = Field(default_factory=_default_volume, description="Where checkpoints live.")
+    delete_policy: Literal["Retain", "Delete"] = Field(
+        default="Retain",
+        description="Retain keeps a PVC the operator created after the GRPOJob is deleted (trained "
+        "weights are "
+        "never lost by accident); Delete removes it with the job. An existing claim is never deleted.",
+    )
+    resume: Literal["auto", "disable"] = Field(
+        default="auto",
+        description="auto resumes from the latest checkpoint on the volume (verl trainer.resume_mode), "
+        "which is "
+        "what makes a retry continue instead of restart.",
+    )
+
+
+class ExportTarget(ApiModel):
+    """Where the converted HuggingFace model is written."""
+
+    claim_name: Name = Field(description="PersistentVolumeClaim to write the model to (mounted read-write).")
+    path: RelPath = Field(description="Directory relative to the claim's root, e.g. exports/qwen2-7b-grpo.")
+
+
+class ExportSpec(ApiModel):
+    """After training, convert the last checkpoint to HuggingFace safetensors with a converter Job."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!self.enabled || has(self.target)",
+                "export.enabled=true needs export.target {claimName, path}; add it or set "
+                "export.enabled=false",
+            )
+        )
+    )
+
+    enabled: bool = Field(default=False, description="Run the converter Job after training succeeds.")
+    target: ExportTarget | None = Field(default=None, description="Where to write the model.")
+    max_shard_size: str = Field(
+        default="5GB",
+        max_length=QUANTITY_MAX,
+        pattern=r"^[0-9]+(\.[0-9]+)?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
+        description="Largest safetensors shard, e.g. 5GB.",
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="Data type of the exported weights."
+    )
+
+
+# --------------------------------------------------------------------------- scheduling and pod settings
+
+
+def _frozen_optional(field: str) -> dict[str, str]:
+    # Object-level (not field-level) so adding or removing an optional field is caught too:
+    # a field-level transition rule only runs when both old and new values exist.
+    return cel(
+        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == "
+        f"oldSelf.{field})",
+        f"spec.scheduling.{field} is immutable once the GRPOJob exists; only spec.scheduling.suspend "
+        f"may change",
+    )
+
+
+class SchedulingSpec(ApiModel):
+    """Queueing, priority, deadline and retries. Only suspend may change after creation."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            _frozen_optional("queueName"),
+            _frozen_optional("priorityClassName"),
+            _frozen_optional("activeDeadlineSeconds"),
+            _frozen_optional("retries"),
+        )
+    )
+
+    queue_name: Annotated[str, Field(max_length=LABEL_VALUE_MAX)] | None = Field(
+        default=None,
+        description="Kueue LocalQueue; sets the kueue.x-k8s.io/queue-name label on the RayJob.",
+    )
+    priority_class_name: Name | None = Field(default=None, description="PriorityClass of every pod.")
+    suspend: bool = Field(
+        default=False,
+        description="Suspend the job (its pods are deleted; it resumes from the latest checkpoint when "
+        "set back "
+        "to false).",
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, le=2_147_483_647, description="Wall-clock limit of the RayJob in seconds."
+    )
+    retries: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="Times a failed run is retried (RayJob backoffLimit); each retry resumes from the latest "
+        "checkpoint.",
+    )
+
+
+class LocalObjectReference(ApiModel):
+    """A reference to an object in the job's namespace by name."""
+
+    name: Name = Field(description="Name of the object.")
+
+
+class EnvVar(ApiModel):
+    """An environment variable for every trainer container."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.value) != has(self.valueFrom)",
+                "env entries need exactly one of value or valueFrom",
+            )
+        )
+    )
+
+    name: str = Field(
+        min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+    )
+    value: Annotated[str, Field(max_length=32768)] | None = Field(default=None, description="Literal value.")
+    value_from: dict[str, Any] | None = Field(
+        default=None,
+        description="A core/v1 EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef), "
+        "passed through to the pods as written.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+_SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env")
+
+
+def _frozen_spec_optional(field: str) -> dict[str, str]:
+    return cel(
+        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == "
+        f"oldSelf.{field})",
+        f"spec.{field} is immutable once the GRPOJob exists; delete the GRPOJob and create a new one",
+    )
+
+
+class GRPOJobSpec(ApiModel):
+    """A GRPO post-training run: model, data, algorithm, rollout, reward, placement and checkpoints."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                f"self.reward.type != 'length' || !{_has_role('reward', 'self.placement')}",
+                "a length reward runs on CPU; remove placement.roles.reward or use reward.type=model",
+            ),
+            cel(
+                f"self.reward.type != 'function' || !{_has_role('reward', 'self.placement')}",
+                "a function reward runs on CPU; remove placement.roles.reward or use reward.type=model",
+            ),
+            cel(
+                f"!{_has_role('rollout', 'self.placement')} || "
+                "self.placement.roles.rollout.gpus % self.rollout.tensorParallelSize == 0",
+                "placement.roles.rollout.gpus must be a multiple of rollout.tensorParallelSize (each "
+                "vLLM engine "
+                "takes tensorParallelSize GPUs of one pod); change either",
+            ),
+            cel(
+                "self.placement.mode != 'colocated' || "
+                f"({_has_role('actor', 'self.placement')} ? self.placement.roles.actor.gpus : "
+                f"self.placement.gpusPerNode)"
+                " % self.rollout.tensorParallelSize == 0",
+                "in colocated mode vLLM runs on the actor's GPUs: placement.roles.actor.gpus (default "
+                "placement.gpusPerNode) must be a multiple of rollout.tensorParallelSize; change either",
+            ),
+            cel(
+                "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= "
+                "self.data.trainBatchSize",
+                "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "
+                "defaults "
+                "to data.trainBatchSize)",
+            ),
+            *(_frozen_spec_optional(f) for f in _SPEC_TOP_LEVEL_OPTIONALS),
+        )
+    )
+
+    image: Annotated[str, Field(min_length=1, max_length=IMAGE_MAX)] | None = Field(
+        default=None, description="Trainer image; the operator's configured default when empty."
+    )
+    service_account_name: Name | None = Field(
+        default=None,
+        description="ServiceAccount of the trainer pods. When empty the operator creates <job>-trainer, "
+        "which "
+        "may only read the GRPOJob and patch its status.",
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, max_length=16, description="Secrets for pulling the trainer image."
+    )
+    env: list[EnvVar] | None = Field(
+        default=None, max_length=64, description="Extra environment variables for every trainer container."
+    )
+    model: ModelSource = Field(
+        description="The policy model to train (verl actor_rollout_ref.model.path).",
+        json_schema_extra=immutable("model"),
+    )
+    data: DataSpec = Field(
+        description="Training data and sequence/batch sizes.", json_schema_extra=immutable("data")
+    )
+    training: TrainingSpec = Field(
+        description="How long to train: totalSteps or epochs.", json_schema_extra=immutable("training")
+    )
+    algorithm: AlgorithmSpec = Field(
+        default_factory=AlgorithmSpec, description="GRPO settings.", json_schema_extra=immutable("algorithm")
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        description="vLLM generation settings.",
+        json_schema_extra=immutable("rollout"),
+    )
+    reward: RewardSpec = Field(
+        default_factory=RewardSpec,
+        description="How responses are scored.",
+        json_schema_extra=immutable("reward"),
+    )
+    placement: PlacementSpec = Field(
+        default_factory=PlacementSpec,
+        description="Placement mode, GPUs per node and the worker group of each role.",
+        json_schema_extra=immutable("placement"),
+    )
+    checkpoints: CheckpointSpec = Field(
+        default_factory=CheckpointSpec,
+        description="Checkpoint frequency, retention and volume.",
+        json_schema_extra=immutable("checkpoints"),
+    )
+    export: ExportSpec = Field(
+        default_factory=ExportSpec,
+        description="Conversion of the final checkpoint to a HuggingFace model.",
+        json_schema_extra=immutable("export"),
+    )
+    scheduling: SchedulingSpec = Field(
+        default_factory=SchedulingSpec, description="Queue, priority, suspend, deadline and retries."
+    )
+    verl: dict[str, Any] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Raw verl overrides as dotted keys (e.g. actor_rollout_ref.actor.optim.lr: 1e-6), "
+        "applied "
+        "last. The escape hatch: keys are passed to verl unchecked by the operator; the trainer refuses "
+        "unknown "
+        "keys. Not covered by the immutability rules, but read only when the job is created.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+# --------------------------------------------------------------------------- status
+
+
+Phase = Literal["Pending", "Running", "Suspended", "Exporting", "Succeeded", "Failed", "Invalid"]
+
+
+class StatusModel(BaseModel):
+    """Status parts: camelCase JSON, mutable (handlers build them), unknown fields ignored so an
+    older operator can read a status written by a newer one."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(StatusModel):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    type: str = Field(description="Condition type, e.g. Ready, Invalid, CheckpointSaved, Exported.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word, for machines.")
+    message: str = Field(default="", description="What happened and what to do, for humans.")
+    last_transition_time: datetime | None = Field(default=None, description="When status last changed.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation this condition was computed from."
+    )
+
+
+class CheckpointStatus(StatusModel):
+    """The latest checkpoint on the volume."""
+
+    step: int = Field(description="Training step of the checkpoint.")
+    path: str = Field(
+        description="Directory of the checkpoint inside the trainer pods, e.g. /checkpoints/global_step_100."
+    )
+
+
+class ProgressStatus(StatusModel):
+    """Training progress, patched by the trainer every step."""
+
+    step: int = Field(default=0, description="Last finished training step.")
+    total_steps: int | None = Field(default=None, description="Steps in the whole run.")
+    reward_mean: float | None = Field(default=None, description="Mean reward of the last step's responses.")
+    kl_divergence: float | None = Field(
+        default=None, description="KL to the reference policy at the last step."
+    )
+    entropy: float | None = Field(default=None, description="Policy entropy at the last step.")
+    response_length_mean: float | None = Field(default=None, description="Mean response length in tokens.")
+    updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")
+
+
+class ExportStatus(StatusModel):
+    """The exported HuggingFace model."""
+
+    path: str = Field(description="Claim-relative directory the model was written to.")
+    step: int = Field(description="Training step of the checkpoint that was converted.")
+    size_bytes: int | None = Field(default=None, description="Total size of the exported files.")
+
+
+class GRPOJobStatus(StatusModel):
+    """What the operator and the trainer observed."""
+
+    phase: Phase | None = Field(
+        default=None, description="Pending, Running, Suspended, Exporting, Succeeded, Failed or Invalid."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Conditions with reasons and messages.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    ray_job_name: str | None = Field(default=None, description="The RayJob running the training.")
+    ray_cluster_name: str | None = Field(default=None, description="The RayCluster the RayJob created.")
+    config_map_name: str | None = Field(default=None, description="The ConfigMap holding verl.yaml.")
+    checkpoint_claim_name: str | None = Field(default=None, description="The PVC holding checkpoints.")
+    export_job_name: str | None = Field(default=None, description="The converter Job.")
+    start_time: datetime | None = Field(default=None, description="When training started.")
+    completion_time: datetime | None = Field(default=None, description="When the job succeeded or failed.")
+    restarts: int = Field(default=0, description="Retries of the RayJob so far.")
+    checkpoint: CheckpointStatus | None = Field(default=None, description="The latest checkpoint.")
+    progress: ProgressStatus | None = Field(default=None, description="Training progress.")
+    export: ExportStatus | None = Field(default=None, description="The exported model.")
+    observed_generation: int | None = Field(default=None, description="metadata.generation last acted on.")
+
+
+class GRPOJob(BaseModel):
+    """A GRPOJob object as the apiserver returns it."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra=validations(
+            cel(
+                f"self.metadata.name.size() <= {JOB_NAME_MAX}",
+                f"metadata.name must be at most {JOB_NAME_MAX} characters: the RayJob takes the same "
+                f"name and "
+                "KubeRay limits RayJob names to 47; choose a shorter name",
+            )
+        ),
+    )
+
+    api_version: str = Field(default="grpo.dev/v1alpha1", description="grpo.dev/v1alpha1")
+    kind: str = Field(default="GRPOJob", description="GRPOJob")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: GRPOJobSpec = Field(description="What to train and how.")
+    status: GRPOJobStatus | None = Field(default=None, description="What the operator observed.")
