@@ -1,0 +1,172 @@
+"""grpo-train's config: verl 0.9.1 defaults + our defaults + the rendered verl.yaml + derived values."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+from grpo_trainer.cli import main
+from grpo_trainer.config import build_config, resolve_max_model_len
+from grpo_trainer.errors import GrpoConfigError
+from grpo_trainer.worker_setup import SETUP_HOOK
+from omegaconf import DictConfig
+
+
+def _dry_run_summary(capsys: pytest.CaptureFixture[str], path: Path, *overrides: str) -> dict:
+    assert main(["--config_path", str(path), "--dry-run", *overrides]) == 0
+    out = capsys.readouterr().out
+    merged, summary = out.split("# resolved GRPO values\n")
+    assert "# merged verl 0.9.1 config" in merged
+    return yaml.safe_load(summary)
+
+
+def test_dry_run_on_reference_example_yields_the_grpo_values(
+    reference_yaml: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = _dry_run_summary(capsys, reference_yaml)
+    v = s["verl"]
+    assert v["algorithm.adv_estimator"] == "grpo"
+    assert v["actor_rollout_ref.actor.use_kl_loss"] is True
+    assert v["actor_rollout_ref.actor.kl_loss_coef"] == 0.001
+    assert v["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
+    assert v["actor_rollout_ref.rollout.n"] == 8
+    assert v["actor_rollout_ref.rollout.temperature"] == 0.7
+    assert v["actor_rollout_ref.rollout.top_p"] == 0.9
+    assert v["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 2
+    assert v["actor_rollout_ref.rollout.gpu_memory_utilization"] == 0.7
+    assert v["actor_rollout_ref.rollout.enable_chunked_prefill"] is True
+    assert v["actor_rollout_ref.rollout.max_num_batched_tokens"] == 16384
+    # (1024 + 2048) * 1.2 = 3686, above the model's 3072: clamped
+    assert v["actor_rollout_ref.rollout.max_model_len"] == 3072
+    assert s["max_model_len"] == {
+        "requested": 3686,
+        "model_max_position_embeddings": 3072,
+        "value": 3072,
+        "clamped": True,
+    }
+    # validation off, but a readable val file is still planned
+    assert v["trainer.val_before_train"] is False
+    assert v["trainer.test_freq"] == -1
+    assert v["data.train_files"] == ["/checkpoints/data/train.parquet"]
+    assert v["data.val_files"] == ["/checkpoints/data/val.generated.parquet"]
+    # the length reward manager, through verl 0.9.1's importlib source
+    assert v["reward.reward_manager.source"] == "importlib"
+    assert v["reward.reward_manager.name"] == "LengthRewardManager"
+    assert v["reward.reward_manager.module.path"] == "pkg://grpo_trainer.reward.length"
+    assert "grpo" in v["trainer.logger"] and "wandb" not in v["trainer.logger"]
+    env = s["ray_runtime_env"]
+    assert env["worker_process_setup_hook"] == SETUP_HOOK
+    assert yaml.safe_load(env["env_vars"]["GRPO_ROLE_RESOURCES"]) == {
+        "actor": "grpo.dev/actor",
+        "rollout": "grpo.dev/rollout",
+        "reward": "grpo.dev/reward",
+    }
+    assert env["env_vars"]["GRPO_JOB_NAME"] == "qwen2-7b-length"
+
+
+def test_clamping_max_model_len_logs_a_warning(
+    reference_yaml: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        build_config(str(reference_yaml))
+    assert any("clamped to 3072" in r.getMessage() for r in caplog.records)
+
+
+def test_max_model_len_is_factor_times_lengths_below_the_model_limit() -> None:
+    r = resolve_max_model_len(1024, 2048, 1.2, 32768, None)
+    assert (r.value, r.clamped) == (3686, False)
+    r = resolve_max_model_len(1024, 2048, 1.2, 32768, 40000)  # explicit value is clamped too
+    assert (r.value, r.clamped) == (32768, True)
+
+
+def test_nested_and_flat_keys_merge_alike(tmp_path: Path, model_dir: Path, verl_defaults: DictConfig) -> None:
+    model = model_dir
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(
+        f"actor_rollout_ref.model.path: {model}\nactor_rollout_ref.rollout.name: vllm\n"
+        "actor_rollout_ref.rollout.n: 4\n"
+    )
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(
+        f"actor_rollout_ref:\n  model: {{path: {model}}}\n  rollout:\n    name: vllm\n    n: 4\n"
+    )
+    a = build_config(str(flat), defaults=verl_defaults).verl
+    b = build_config(str(nested), defaults=verl_defaults).verl
+    assert a == b
+    assert a.actor_rollout_ref.rollout.n == 4
+
+
+def test_unknown_verl_key_is_refused_naming_the_key(
+    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
+) -> None:
+    model = model_dir
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"actor_rollout_ref.model.path: {model}\nactor_rollout_ref.rollout.temprature: 0.7\n")
+    with pytest.raises(
+        GrpoConfigError,
+        match=r"actor_rollout_ref\.rollout\.temprature.*did you mean "
+        r"actor_rollout_ref\.rollout\.temperature",
+    ):
+        build_config(str(cfg), defaults=verl_defaults)
+
+
+def test_legacy_reward_manager_key_is_refused(
+    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
+) -> None:
+    # verl 0.9.1 composes reward_model.* but main_ppo never reads it: a silent no-op we refuse
+    model = model_dir
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"actor_rollout_ref.model.path: {model}\nreward_model.reward_manager: naive\n")
+    with pytest.raises(GrpoConfigError, match=r"reward_model\.reward_manager.*silently ignores"):
+        build_config(str(cfg), defaults=verl_defaults)
+
+
+def test_plus_prefix_adds_keys_to_free_form_mappings(
+    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
+) -> None:
+    model = model_dir
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"actor_rollout_ref.model.path: {model}\n")
+    key = "actor_rollout_ref.model.override_config.attn_implementation"
+    with pytest.raises(GrpoConfigError, match=r"\+actor_rollout_ref"):
+        build_config(str(cfg), [f"{key}=sdpa"], defaults=verl_defaults)
+    built = build_config(str(cfg), [f"+{key}=sdpa"], defaults=verl_defaults)
+    assert built.verl.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+
+
+def test_user_values_win_over_our_validation_defaults(
+    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
+) -> None:
+    model = model_dir
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"actor_rollout_ref.model.path: {model}\ntrainer.test_freq: 5\n")
+    assert build_config(str(cfg), defaults=verl_defaults).verl.trainer.test_freq == 5
+
+
+def test_unknown_grpo_setting_is_refused(tmp_path: Path, model_dir: Path, verl_defaults: DictConfig) -> None:
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("grpo:\n  maxModelLenFactr: 1.5\n")
+    with pytest.raises(GrpoConfigError, match=r"grpo\.maxModelLenFactr"):
+        build_config(str(cfg), defaults=verl_defaults)
+
+
+def test_dry_run_without_model_dir_warns_but_real_run_refuses(
+    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
+) -> None:
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"actor_rollout_ref.model.path: {tmp_path / 'absent'}\n")
+    built = build_config(str(cfg), strict=False, defaults=verl_defaults)
+    assert built.max_model_len.model_limit is None and built.warnings
+    with pytest.raises(GrpoConfigError, match=r"config\.json"):
+        build_config(str(cfg), strict=True, defaults=verl_defaults)
+
+
+def test_cli_reports_config_errors_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("trainer.no_such_key: 1\n")
+    assert main(["--config_path", str(cfg), "--dry-run"]) == 2
+    assert "trainer.no_such_key" in capsys.readouterr().err

@@ -1,0 +1,130 @@
+"""`grpo-train --config_path FILE [--dry-run] [key=value ...]`: verl 0.9.1's main_ppo with our features."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from grpo_trainer.config import BuiltConfig, build_config
+from grpo_trainer.errors import DataPrepError, GrpoConfigError
+
+log = logging.getLogger("grpo_trainer")
+
+# Ray gives the head node this resource; asking for a sliver of it keeps the TaskRunner (and with it
+# the Tracking backend that serves /metrics) on the head pod, where the operator's PodMonitor looks.
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="grpo-train", description=__doc__)
+    p.add_argument(
+        "--config_path",
+        "--config-path",
+        dest="config_path",
+        required=True,
+        help="verl.yaml rendered by the operator (docs/config-contract.md)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the merged verl config and the resolved GRPO values, then exit without Ray",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="verl keys (or grpo.* settings) applied after the file, e.g. trainer.total_epochs=1",
+    )
+    return p.parse_args(argv)
+
+
+def render_dry_run(built: BuiltConfig) -> str:
+    merged = OmegaConf.to_yaml(built.verl, resolve=False)
+    summary = yaml.safe_dump(built.summary(), sort_keys=False)
+    return f"# merged verl 0.9.1 config\n{merged}\n# resolved GRPO values\n{summary}"
+
+
+def prepare_data(built: BuiltConfig) -> None:
+    if built.data_plan is None:
+        return
+    from transformers import AutoTokenizer
+
+    from grpo_trainer.data_prep import chat_token_counter, execute_plan
+
+    model = built.verl.actor_rollout_ref.model
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(model.get("tokenizer_path") or model.path), trust_remote_code=bool(model.get("trust_remote_code"))
+    )
+    execute_plan(
+        built.data_plan,
+        chat_token_counter(tokenizer),
+        int(built.verl.data.max_prompt_length),
+        built.settings.data.oversize,
+    )
+
+
+@dataclass(frozen=True)
+class PinnedTaskRunner:
+    """verl's TaskRunner actor class with default options; run_ppo only calls .remote() / .options()."""
+
+    actor_class: Any
+    default_options: dict[str, Any]
+
+    def options(self, **options: Any) -> Any:
+        return self.actor_class.options(**{**self.default_options, **options})
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.actor_class.options(**self.default_options).remote(*args, **kwargs)
+
+
+def task_runner_class(config: Any) -> PinnedTaskRunner:
+    if config.trainer.use_v1:
+        from verl.trainer.main_ppo import TaskRunnerV1 as runner
+    else:
+        from verl.trainer.main_ppo_v0 import TaskRunner as runner
+    return PinnedTaskRunner(runner, {"resources": {HEAD_NODE_RESOURCE: 0.001}})
+
+
+def run(built: BuiltConfig) -> None:
+    """What verl's main_ppo.main does, on our config; our extensions are installed in the driver here
+    and in every Ray worker by the runtime_env's worker_process_setup_hook (grpo_trainer.worker_setup)."""
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    from grpo_trainer.worker_setup import setup_worker
+
+    config = built.verl
+    prepare_data(built)
+    setup_worker()  # the driver creates no pools itself, but the same code paths stay patched here too
+    auto_set_device(config)
+    validate_config(
+        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
+    run_ppo(config, task_runner_class=task_runner_class(config))
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        built = build_config(args.config_path, args.overrides, strict=not args.dry_run)
+        if args.dry_run:
+            sys.stdout.write(render_dry_run(built))
+            return 0
+        run(built)
+    except (GrpoConfigError, DataPrepError) as e:
+        print(f"grpo-train: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # vLLM's spawned engine re-imports __main__: never run twice
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""`grpo` as a verl tracking backend (trainer.logger: [console, grpo]) without forking verl.
+
+verl 0.9.1's Tracking has a fixed backend list and builds its loggers in __init__; `log()` then calls
+every entry of `self.logger`. We add "grpo" to the accepted names and, after verl's own __init__,
+add our backend to `self.logger`. Installed in every Ray worker by grpo_trainer.worker_setup.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_trainer.progress.prometheus import TrainerMetrics
+from grpo_trainer.progress.status import StatusReporter
+from grpo_trainer.progress.step_metrics import extract
+
+log = logging.getLogger(__name__)
+
+BACKEND_NAME = "grpo"
+
+
+@dataclass(frozen=True)
+class ProgressEnv:
+    """What the backend needs, read from the environment the runtime_env gives every worker."""
+
+    metrics_enabled: bool
+    metrics_port: int
+    metrics_address: str
+    job_namespace: str | None
+    job_name: str | None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ProgressEnv:
+        e = os.environ if env is None else env
+        return cls(
+            metrics_enabled=e.get("GRPO_METRICS_ENABLED", "1") not in ("0", "false", "False"),
+            metrics_port=int(e.get("GRPO_METRICS_PORT", "9400")),
+            metrics_address=e.get("GRPO_METRICS_ADDRESS", "0.0.0.0"),
+            job_namespace=e.get("GRPO_JOB_NAMESPACE") or None,
+            job_name=e.get("GRPO_JOB_NAME") or None,
+        )
+
+
+def total_steps_from(config: Mapping[str, Any] | None) -> int | None:
+    """verl writes the computed total into actor.optim before creating Tracking; trainer's is the request."""
+    if not config:
+        return None
+    optim = config.get("actor_rollout_ref", {}).get("actor", {}).get("optim", {}) or {}
+    for value in (optim.get("total_training_steps"), config.get("trainer", {}).get("total_training_steps")):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+class GrpoTrackingBackend:
+    """A verl tracking backend: `log(data, step)` and `finish()`, like verl's own adapters."""
+
+    def __init__(
+        self, metrics: TrainerMetrics, reporter: StatusReporter | None, total_steps: int | None = None
+    ) -> None:
+        self.metrics = metrics
+        self.reporter = reporter
+        self.total_steps = total_steps
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        try:
+            m = extract(data, step)
+            self.metrics.observe(m, self.total_steps)
+        except Exception:  # never let progress reporting break a training step
+            log.exception("grpo tracking backend: could not record step %s", step)
+            return
+        if self.reporter is not None:
+            self.reporter.report(m, self.total_steps)
+
+    def finish(self) -> None:
+        # The HTTP server stays up until the process exits so the last values can still be scraped.
+        return
+
+
+_process_backend: dict[str, GrpoTrackingBackend] = {}
+
+
+def backend_for_process(config: Mapping[str, Any] | None, env: ProgressEnv) -> GrpoTrackingBackend:
+    """One backend (and one HTTP server) per process, however many Tracking objects verl creates."""
+    backend = _process_backend.get("backend")
+    if backend is None:
+        metrics = TrainerMetrics()
+        if env.metrics_enabled:
+            try:
+                metrics.serve(env.metrics_port, env.metrics_address)
+            except OSError as e:
+                log.warning(
+                    "grpo_trainer metrics server not started on %s:%d: %s",
+                    env.metrics_address,
+                    env.metrics_port,
+                    e,
+                )
+        reporter = (
+            StatusReporter(env.job_namespace, env.job_name) if env.job_name and env.job_namespace else None
+        )
+        backend = GrpoTrackingBackend(metrics, reporter)
+        _process_backend["backend"] = backend
+    backend.total_steps = total_steps_from(config) or backend.total_steps
+    return backend
+
+
+def install(env: ProgressEnv | None = None) -> None:
+    """Teach verl's Tracking the `grpo` backend in this process (idempotent)."""
+    from verl.utils import tracking
+
+    cls = tracking.Tracking
+    if BACKEND_NAME not in cls.supported_backend:
+        cls.supported_backend.append(BACKEND_NAME)
+    if getattr(cls.__init__, "__grpo_wrapped__", False):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(
+        self: Any,
+        project_name: Any,
+        experiment_name: Any,
+        default_backend: Any = "console",
+        config: Any = None,
+    ) -> None:
+        original(self, project_name, experiment_name, default_backend, config)
+        backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
+        if BACKEND_NAME in backends:
+            self.logger[BACKEND_NAME] = backend_for_process(config, env or ProgressEnv.from_env())
+
+    __init__.__grpo_wrapped__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__

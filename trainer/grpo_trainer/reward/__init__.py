@@ -1,0 +1,1 @@
+"""Reward extensions loaded by verl 0.9.1's reward loop."""

@@ -1,0 +1,29 @@
+"""Ray `worker_process_setup_hook` for the training job: installs our verl extensions in each worker.
+
+The driver sets `ray_kwargs.ray_init.runtime_env.worker_process_setup_hook` to this function's path;
+verl 0.9.1's run_ppo passes that runtime_env to ray.init, so Ray runs this in every worker process of
+the job (the TaskRunner actor, the worker groups, the rollout and reward servers) before any task or
+actor code. Settings arrive as environment variables of the same runtime_env.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+SETUP_HOOK = "grpo_trainer.worker_setup.setup_worker"
+ROLE_RESOURCES_ENV = "GRPO_ROLE_RESOURCES"
+
+log = logging.getLogger(__name__)
+
+
+def setup_worker() -> None:
+    from grpo_trainer import placement
+    from grpo_trainer.progress import score_std, tracking
+
+    role_resources = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}")
+    if role_resources:
+        placement.install(role_resources)
+    tracking.install()
+    score_std.install()
