@@ -1,0 +1,1 @@
+"""FSDP checkpoint -> HuggingFace safetensors export (``grpo-export``)."""
