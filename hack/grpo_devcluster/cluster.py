@@ -168,6 +168,9 @@ class LocalCluster:
         cluster._resolve_binaries()
         return cluster
 
+    def running_pids(self) -> dict[str, int]:
+        return dict(self._pids)
+
     def running(self) -> dict[str, bool]:
         return {name: processes.alive(pid) for name, pid in self._pids.items()}
 
@@ -182,7 +185,7 @@ class LocalCluster:
 
     def apply(self, manifests: list[dict] | dict, server_side: bool = False) -> None:
         docs = manifests if isinstance(manifests, list) else [manifests]
-        args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+        args = ["apply", "-f", "-", *(["--server-side", "--force-conflicts"] if server_side else [])]
         self.kubectl(*args, input=yaml.safe_dump_all(docs))
 
     # -- components ----------------------------------------------------------------------------------
@@ -309,7 +312,7 @@ class LocalCluster:
 
     def _seed_cluster(self) -> None:
         """Fake GPU nodes, the default StorageClass and KubeRay's CRDs; wait until all are usable."""
-        self.apply(kwok_config.node_manifests(self.pools) + [kwok_config.storage_class()])
+        self.apply([*kwok_config.node_manifests(self.pools), kwok_config.storage_class()])
         # Too large for client-side apply's last-applied annotation.
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("kuberay-crds")))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s",

@@ -68,7 +68,8 @@ containerStatuses:
 {{ with NodeIPsWith .spec.nodeName }}
 hostIP: {{ index . 0 | Quote }}
 {{ end }}
-{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) \
+( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
 podIP: {{ index . 0 | Quote }}
 {{ end }}
 phase: Running
@@ -117,7 +118,7 @@ containerStatuses:
 {{ end }}
 message: {{ index .metadata.annotations "%s" | Quote }}
 phase: Failed
-""" % (FAIL_POD_ANNOTATION, FAIL_POD_ANNOTATION)
+""".replace("%s", FAIL_POD_ANNOTATION)
 
 
 STORAGE_CLASS = "devcluster-local"

@@ -1,0 +1,85 @@
+"""Pure parts of the local control plane: stages, nodes, the dashboard stand-in, build errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from grpo_devcluster import build, kwok_config
+from grpo_devcluster.components import KUBERNETES, Component
+from grpo_devcluster.dashboard_standin import Outcome, StandinState, job_info, namespace_of, rayjob_of
+from grpo_devcluster.errors import DevClusterError
+
+
+def test_kwok_stages_cover_node_pod_job_and_volume_lifecycles() -> None:
+    names = [s["metadata"]["name"] for s in kwok_config.stages()]
+    assert names == ["node-initialize", "node-heartbeat", "pod-ready", "pod-fail", "pod-complete",
+                     "pod-delete", "pvc-provision"]
+
+
+def test_job_pods_complete_only_without_the_fail_annotation() -> None:
+    by_name = {s["metadata"]["name"]: s for s in kwok_config.stages()}
+    complete = by_name["pod-complete"]["spec"]["selector"]["matchExpressions"]
+    fail = by_name["pod-fail"]["spec"]["selector"]["matchExpressions"]
+    key = f'.metadata.annotations["{kwok_config.FAIL_POD_ANNOTATION}"]'
+    assert {"key": key, "operator": "DoesNotExist"} in complete
+    assert {"key": key, "operator": "Exists"} in fail
+
+
+def test_fake_nodes_look_like_a100_servers_in_pools() -> None:
+    nodes = kwok_config.node_manifests((kwok_config.NodePool("train", 3), kwok_config.NodePool("rollout", 1)))
+    assert [n["metadata"]["name"] for n in nodes] == ["gpu-train-0", "gpu-train-1", "gpu-train-2", "gpu-rollout-0"]
+    node = nodes[0]
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert node["metadata"]["annotations"][kwok_config.FAKE_NODE_ANNOTATION] == "fake"
+    assert "taints" not in node["spec"]
+
+
+def test_standin_reports_running_then_the_chosen_outcome() -> None:
+    state = StandinState(default=Outcome("SUCCEEDED", "ok", after_seconds=10))
+    state.outcomes[("team-a", "qwen")] = Outcome("FAILED", "OOM in actor", after_seconds=5)
+    assert job_info(state, "team-a", "qwen-ab12c", now=100.0)["status"] == "RUNNING"
+    failed = job_info(state, "team-a", "qwen-ab12c", now=106.0)
+    assert (failed["status"], failed["message"]) == ("FAILED", "OOM in actor")
+    assert failed["end_time"] == 105_000
+    # Same RayJob name in another namespace follows the default.
+    assert job_info(state, "team-b", "qwen-zz999", now=100.0)["status"] == "RUNNING"
+    assert job_info(state, "team-b", "qwen-zz999", now=111.0)["status"] == "SUCCEEDED"
+
+
+def test_standin_parses_kuberay_hosts_and_job_ids() -> None:
+    assert namespace_of("train-abc-head-svc.team-a.svc.cluster.local:8265") == "team-a"
+    assert namespace_of("127.0.0.1:18265") == ""
+    assert rayjob_of("qwen2-7b-length-x7k2p") == "qwen2-7b-length"
+
+
+def test_cache_key_changes_with_the_toolchain() -> None:
+    assert KUBERNETES.cache_key("go1.26.8") != KUBERNETES.cache_key("go1.26.9")
+    assert KUBERNETES.cache_key("go1.26.8") == KUBERNETES.cache_key("go1.26.8")
+
+
+def test_missing_go_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(DevClusterError) as error:
+        build.go_version()
+    assert error.value.component == "go toolchain"
+    assert "not on PATH" in str(error.value)
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
+def test_failed_build_names_the_component_and_leaves_no_partial_output(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    module = tmp_path / "modules" / "broken"
+    module.mkdir(parents=True)
+    (module / "go.mod").write_text("module example.com/broken\n\ngo 1.24\n")
+    (module / "go.sum").write_text("")
+    (module / "main.go").write_text("package main\n\nfunc main() { undefined() }\n")
+    monkeypatch.setenv("GRPO_DEVCLUSTER_CACHE", str(tmp_path / "cache"))
+    broken = Component("broken", {"broken": "example.com/broken"}, modules_dir=tmp_path / "modules")
+    with pytest.raises(DevClusterError) as error:
+        build.build_component(broken, build.go_version())
+    assert error.value.component == "broken"
+    assert "undefined" in str(error.value)
+    assert not list((tmp_path / "cache").glob("broken-*"))
