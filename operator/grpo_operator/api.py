@@ -35,7 +35,9 @@ JOB_NAME_MAX = 47
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 # Kubernetes resource.Quantity as the apiserver's OpenAPI spells it, minus the sign: a negative
 # CPU or memory is never meant.
-QUANTITY_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"  # noqa: E501
+QUANTITY_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 
 
 def cel(rule: str, message: str) -> dict[str, str]:
@@ -99,8 +101,7 @@ class ModelSource(ApiModel):
     """A HuggingFace model directory on a PersistentVolumeClaim, mounted read-only."""
 
     claim_name: Name = Field(
-        description="Name of a PersistentVolumeClaim in the job's namespace holding the model; mounted "
-        "read-only."
+        description="Name of a PersistentVolumeClaim in the job's namespace holding the model; mounted read-only."
     )
     path: RelPath = Field(
         description="Directory of the HuggingFace model (config.json, weights, tokenizer) relative to the "
@@ -220,9 +221,7 @@ class AlgorithmSpec(ApiModel):
         description="Sequences per forward/backward pass on one GPU (verl actor.ppo_micro_batch_size_per_gpu "
         "and the log-prob micro batches of actor and reference). Lower it when a GPU runs out of memory.",
     )
-    learning_rate: float = Field(
-        default=1e-6, gt=0, le=1, description="Actor learning rate (verl actor.optim.lr)."
-    )
+    learning_rate: float = Field(default=1e-6, gt=0, le=1, description="Actor learning rate (verl actor.optim.lr).")
 
 
 # --------------------------------------------------------------------------- rollout
@@ -275,9 +274,7 @@ class RolloutSpec(ApiModel):
 class RewardFunction(ApiModel):
     """A Python reward function from a ConfigMap in the job's namespace."""
 
-    config_map_name: Name = Field(
-        description="ConfigMap holding the Python file; mounted at /etc/grpo/reward/."
-    )
+    config_map_name: Name = Field(description="ConfigMap holding the Python file; mounted at /etc/grpo/reward/.")
     key: str = Field(
         min_length=1,
         max_length=253,
@@ -306,8 +303,7 @@ class RewardSpec(ApiModel):
             ),
             cel(
                 "self.type != 'model' || has(self.model)",
-                "reward.type=model needs reward.model {claimName, path}; add it or choose another "
-                "reward.type",
+                "reward.type=model needs reward.model {claimName, path}; add it or choose another reward.type",
             ),
             cel(
                 "self.type == 'function' || !has(self.function)",
@@ -316,8 +312,7 @@ class RewardSpec(ApiModel):
             ),
             cel(
                 "self.type == 'model' || !has(self.model)",
-                "reward.model is only read when reward.type=model; remove reward.model or set "
-                "reward.type=model",
+                "reward.model is only read when reward.type=model; remove reward.model or set reward.type=model",
             ),
         )
     )
@@ -351,9 +346,7 @@ class Toleration(ApiModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to tolerate; empty matches all."
     )
-    toleration_seconds: int | None = Field(
-        default=None, ge=0, description="How long a NoExecute taint is tolerated."
-    )
+    toleration_seconds: int | None = Field(default=None, ge=0, description="How long a NoExecute taint is tolerated.")
 
 
 class PodResources(ApiModel):
@@ -364,9 +357,7 @@ class PodResources(ApiModel):
         description="CPUs per pod. Defaults to 3 per GPU + 1. Must be at least 3 per GPU: verl asks Ray for "
         "3 CPUs with every GPU it places.",
     )
-    memory: Quantity | None = Field(
-        default=None, description="Memory per pod. Defaults to 32Gi per GPU + 8Gi."
-    )
+    memory: Quantity | None = Field(default=None, description="Memory per pod. Defaults to 32Gi per GPU + 8Gi.")
 
 
 class RoleSpec(ApiModel):
@@ -381,9 +372,7 @@ class RoleSpec(ApiModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=16, description="Taints the role's pods tolerate."
     )
-    resources: PodResources = Field(
-        default_factory=PodResources, description="CPU and memory overrides per pod."
-    )
+    resources: PodResources = Field(default_factory=PodResources, description="CPU and memory overrides per pod.")
 
 
 class HeadResources(ApiModel):
@@ -404,9 +393,7 @@ class HeadSpec(ApiModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=16, description="Taints the head pod tolerates."
     )
-    resources: HeadResources = Field(
-        default_factory=HeadResources, description="CPU and memory of the head pod."
-    )
+    resources: HeadResources = Field(default_factory=HeadResources, description="CPU and memory of the head pod.")
 
 
 class Roles(ApiModel):
@@ -556,8 +543,7 @@ class ExportSpec(ApiModel):
         json_schema_extra=validations(
             cel(
                 "!self.enabled || has(self.target)",
-                "export.enabled=true needs export.target {claimName, path}; add it or set "
-                "export.enabled=false",
+                "export.enabled=true needs export.target {claimName, path}; add it or set export.enabled=false",
             )
         )
     )
@@ -570,8 +556,9 @@ class ExportSpec(ApiModel):
         pattern=r"^[0-9]+(\.[0-9]+)?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
         description="Largest safetensors shard, e.g. 5GB.",
     )
-    dtype: Literal["bfloat16", "float16", "float32"] = Field(
-        default="bfloat16", description="Data type of the exported weights."
+    dtype: Literal["bfloat16", "float32", "keep"] = Field(
+        default="bfloat16",
+        description="Data type of the exported floating-point weights; keep writes the checkpoint's own dtype.",
     )
 
 
@@ -582,10 +569,8 @@ def _frozen_optional(field: str) -> dict[str, str]:
     # Object-level (not field-level) so adding or removing an optional field is caught too:
     # a field-level transition rule only runs when both old and new values exist.
     return cel(
-        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == "
-        f"oldSelf.{field})",
-        f"spec.scheduling.{field} is immutable once the GRPOJob exists; only spec.scheduling.suspend "
-        f"may change",
+        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
+        f"spec.scheduling.{field} is immutable once the GRPOJob exists; only spec.scheduling.suspend may change",
     )
 
 
@@ -659,8 +644,7 @@ _SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", 
 
 def _frozen_spec_optional(field: str) -> dict[str, str]:
     return cel(
-        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == "
-        f"oldSelf.{field})",
+        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
         f"spec.{field} is immutable once the GRPOJob exists; delete the GRPOJob and create a new one",
     )
 
@@ -694,8 +678,7 @@ class GRPOJobSpec(ApiModel):
                 "placement.gpusPerNode) must be a multiple of rollout.tensorParallelSize; change either",
             ),
             cel(
-                "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= "
-                "self.data.trainBatchSize",
+                "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= self.data.trainBatchSize",
                 "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "
                 "defaults "
                 "to data.trainBatchSize)",
@@ -723,9 +706,7 @@ class GRPOJobSpec(ApiModel):
         description="The policy model to train (verl actor_rollout_ref.model.path).",
         json_schema_extra=immutable("model"),
     )
-    data: DataSpec = Field(
-        description="Training data and sequence/batch sizes.", json_schema_extra=immutable("data")
-    )
+    data: DataSpec = Field(description="Training data and sequence/batch sizes.", json_schema_extra=immutable("data"))
     training: TrainingSpec = Field(
         description="How long to train: totalSteps or epochs.", json_schema_extra=immutable("training")
     )
@@ -813,9 +794,7 @@ class ProgressStatus(StatusModel):
     step: int = Field(default=0, description="Last finished training step.")
     total_steps: int | None = Field(default=None, description="Steps in the whole run.")
     reward_mean: float | None = Field(default=None, description="Mean reward of the last step's responses.")
-    kl_divergence: float | None = Field(
-        default=None, description="KL to the reference policy at the last step."
-    )
+    kl_divergence: float | None = Field(default=None, description="KL to the reference policy at the last step.")
     entropy: float | None = Field(default=None, description="Policy entropy at the last step.")
     response_length_mean: float | None = Field(default=None, description="Mean response length in tokens.")
     updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")

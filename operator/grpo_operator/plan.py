@@ -1,0 +1,399 @@
+"""plan(spec): the pure decisions between a GRPOJob spec and its children.
+
+Roles become worker groups (GPUs, CPUs, memory, pinning, the Ray resource each advertises),
+names and mount paths are fixed, and what the CRD's CEL rules cannot judge is refused here with a
+``PlanError`` naming the field and the fix. Render functions only read a ``Plan``; they decide
+nothing.
+
+The CEL-enforced cross-field rules are checked again here: the operator must never build
+children from a spec that bypassed them (an older CRD, a direct etcd write), and the handlers turn
+a ``PlanError`` into an ``Invalid`` condition and an Event with the same message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+from grpo_operator.api import GRPOJobSpec, RoleSpec, Toleration
+
+Role = Literal["actor", "rollout", "reward"]
+ROLES: tuple[Role, ...] = ("actor", "rollout", "reward")
+RAY_RESOURCE_PREFIX = "grpo.dev/"
+
+# verl places every GPU worker with {"CPU": 3, "GPU": 1}; one more CPU leaves room for the raylet
+# and the worker's data loading without starving a bundle.
+CPUS_PER_GPU = 3
+DEFAULT_EXTRA_CPUS = 1
+DEFAULT_MEMORY_GI_PER_GPU = 32
+DEFAULT_EXTRA_MEMORY_GI = 8
+HEAD_CPU = "8"
+HEAD_MEMORY = "32Gi"
+METRICS_PORT = 9400
+# KubeRay's RayCluster accepts at most this many worker groups in practice (design decision).
+MAX_WORKER_GROUPS = 7
+
+# verl keys the operator derives from the spec and the pods it creates; an override in spec.verl
+# would make verl disagree with the cluster (or the mounts), so it is refused.
+OWNED_VERL_KEYS: dict[str, str] = {
+    "trainer.n_gpus_per_node": "placement.roles.actor.gpus",
+    "trainer.nnodes": "placement.roles.actor.replicas",
+    "trainer.default_local_dir": "the checkpoint volume mount (/checkpoints)",
+    "actor_rollout_ref.model.path": "model.path",
+    "actor_rollout_ref.rollout.n_gpus_per_node": "placement.roles.rollout.gpus",
+    "actor_rollout_ref.rollout.nnodes": "placement.roles.rollout.replicas",
+    "reward.reward_model.enable_resource_pool": "placement.roles.reward",
+    "reward.reward_model.n_gpus_per_node": "placement.roles.reward.gpus",
+    "reward.reward_model.nnodes": "placement.roles.reward.replicas",
+    "data.train_files": "data.trainFiles (the trainer converts them and sets this key)",
+    "data.val_files": "data.valFiles (the trainer converts them and sets this key)",
+}
+
+
+class PlanError(ValueError):
+    """A spec the operator cannot turn into children. ``field`` is relative to ``spec``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"spec.{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """Where things are inside the trainer pods (docs/config-contract.md)."""
+
+    config_dir: str = "/etc/grpo"
+    config_file: str = "/etc/grpo/verl.yaml"
+    config_key: str = "verl.yaml"
+    models: str = "/models"
+    reward_models: str = "/reward-models"
+    data: str = "/data"
+    checkpoints: str = "/checkpoints"
+    reward_function_dir: str = "/etc/grpo/reward"
+    export: str = "/export"
+
+
+MOUNTS = Mounts()
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names of the children of one GRPOJob."""
+
+    job: str
+    namespace: str
+
+    @property
+    def rayjob(self) -> str:
+        return self.job
+
+    @property
+    def configmap(self) -> str:
+        return f"{self.job}-verl"
+
+    @property
+    def checkpoint_pvc(self) -> str:
+        return f"{self.job}-checkpoints"
+
+    @property
+    def export_job(self) -> str:
+        return f"{self.job}-export"
+
+    @property
+    def trainer_service_account(self) -> str:
+        return f"{self.job}-trainer"
+
+    @property
+    def trainer_role(self) -> str:
+        return f"{self.job}-trainer"
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """CPU/memory (requests = limits), pinning, as the pod template wants them."""
+
+    cpu: str
+    memory: str
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    """One Ray worker group: ``replicas`` pods of ``gpus`` GPUs, advertising ``ray_resource``."""
+
+    role: Role
+    gpus: int
+    replicas: int
+    pod: PodShape
+
+    @property
+    def name(self) -> str:
+        return self.role
+
+    @property
+    def ray_resource(self) -> str:
+        return RAY_RESOURCE_PREFIX + self.role
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.replicas
+
+    @property
+    def verl_n_gpus_per_node(self) -> int:
+        # verl's resource pools are [n_gpus_per_node] * nnodes; one pod is one "node" to Ray.
+        return self.gpus
+
+    @property
+    def verl_nnodes(self) -> int:
+        return self.replicas
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the render functions need, decided once."""
+
+    names: Names
+    image: str
+    mode: Literal["colocated", "disaggregated"]
+    head: PodShape
+    groups: tuple[WorkerGroup, ...]
+    service_account: str
+    creates_service_account: bool
+    checkpoint_claim: str
+    creates_checkpoint_pvc: bool
+    model_path: str
+    reward_model_path: str | None
+    reward_model_claim: str | None  # set only when it differs from the policy model's claim
+    reward_function_path: str | None
+    mounts: Mounts = MOUNTS
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(g.total_gpus for g in self.groups)
+
+    def group(self, role: Role) -> WorkerGroup | None:
+        return next((g for g in self.groups if g.role == role), None)
+
+    @property
+    def actor(self) -> WorkerGroup:
+        actor = self.group("actor")
+        assert actor is not None, "plan() always makes an actor group"
+        return actor
+
+
+# --------------------------------------------------------------------------- quantities
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)}
+_DECIMAL |= {"k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12)}
+_DECIMAL |= {"P": Decimal(10**15), "E": Decimal(10**18)}
+
+
+def parse_quantity(value: int | str) -> Decimal:
+    """A Kubernetes resource.Quantity as a number (CPU in cores, memory in bytes)."""
+    if isinstance(value, int):
+        return Decimal(value)
+    text = value.strip()
+    for suffix, factor in _BINARY.items():
+        if text.endswith(suffix):
+            return Decimal(text[: -len(suffix)]) * factor
+    if text and text[-1] in _DECIMAL and not text[-1].isdigit():
+        return Decimal(text[:-1]) * _DECIMAL[text[-1]]
+    return Decimal(text)  # plain number or exponent form (1e3)
+
+
+def _quantity_text(value: int | str) -> str:
+    return str(value)
+
+
+# --------------------------------------------------------------------------- roles
+
+
+def _tolerations(items: list[Toleration]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(t.model_dump(by_alias=True, exclude_none=True) for t in items)
+
+
+def _pod_shape(field: str, role: RoleSpec) -> PodShape:
+    min_cpu = CPUS_PER_GPU * role.gpus
+    cpu = role.resources.cpu
+    if cpu is None:
+        cpu_text = str(min_cpu + DEFAULT_EXTRA_CPUS)
+    else:
+        try:
+            cores = parse_quantity(cpu)
+        except (InvalidOperation, ValueError) as e:
+            raise PlanError(f"{field}.resources.cpu", f"{cpu!r} is not a CPU quantity; write e.g. 16 or 16000m") from e
+        if cores < min_cpu:
+            raise PlanError(
+                f"{field}.resources.cpu",
+                f"{cpu} CPUs cannot feed {role.gpus} GPUs: verl asks Ray for {CPUS_PER_GPU} CPUs with every GPU; "
+                f"set it to at least {min_cpu} or remove it (default {min_cpu + DEFAULT_EXTRA_CPUS})",
+            )
+        cpu_text = _quantity_text(cpu)
+    memory = role.resources.memory
+    if memory is None:
+        memory_text = f"{DEFAULT_MEMORY_GI_PER_GPU * role.gpus + DEFAULT_EXTRA_MEMORY_GI}Gi"
+    else:
+        try:
+            if parse_quantity(memory) <= 0:
+                raise ValueError("not positive")
+        except (InvalidOperation, ValueError) as e:
+            raise PlanError(f"{field}.resources.memory", f"{memory!r} is not a positive memory quantity") from e
+        memory_text = _quantity_text(memory)
+    return PodShape(
+        cpu=cpu_text,
+        memory=memory_text,
+        node_selector=dict(role.node_selector),
+        tolerations=_tolerations(role.tolerations),
+    )
+
+
+def _worker_group(role: Role, spec: RoleSpec) -> WorkerGroup:
+    return WorkerGroup(
+        role=role, gpus=spec.gpus, replicas=spec.replicas, pod=_pod_shape(f"placement.roles.{role}", spec)
+    )
+
+
+def _head_shape(spec: GRPOJobSpec) -> PodShape:
+    head = spec.placement.head
+    return PodShape(
+        cpu=_quantity_text(head.resources.cpu) if head.resources.cpu is not None else HEAD_CPU,
+        memory=_quantity_text(head.resources.memory) if head.resources.memory is not None else HEAD_MEMORY,
+        node_selector=dict(head.node_selector),
+        tolerations=_tolerations(head.tolerations),
+    )
+
+
+def _check_roles(spec: GRPOJobSpec) -> None:
+    """The cross-field rules the CRD also enforces, judged again (see the module docstring)."""
+    placement = spec.placement
+    roles = placement.roles
+    tp = spec.rollout.tensor_parallel_size
+    if roles.reward is not None and spec.reward.type != "model":
+        raise PlanError(
+            "placement.roles.reward",
+            f"a {spec.reward.type} reward runs on CPU; remove placement.roles.reward or use reward.type=model",
+        )
+    for role in ROLES:
+        group = getattr(roles, role)
+        if group is not None and group.gpus > placement.gpus_per_node:
+            raise PlanError(
+                f"placement.roles.{role}.gpus",
+                f"{group.gpus} GPUs do not fit a {placement.gpus_per_node}-GPU node (placement.gpusPerNode); "
+                f"lower gpus and raise placement.roles.{role}.replicas instead",
+            )
+    if placement.mode == "disaggregated":
+        if roles.actor is None or roles.rollout is None:
+            raise PlanError(
+                "placement.roles",
+                "placement.mode=disaggregated needs placement.roles.actor and placement.roles.rollout; add both or "
+                "use placement.mode=colocated",
+            )
+        if roles.rollout.gpus % tp:
+            raise PlanError(
+                "placement.roles.rollout.gpus",
+                f"{roles.rollout.gpus} GPUs is not a multiple of rollout.tensorParallelSize={tp}; change either",
+            )
+    else:
+        if roles.rollout is not None:
+            raise PlanError(
+                "placement.roles.rollout",
+                "placement.mode=colocated runs vLLM on the actor's GPUs; remove placement.roles.rollout or use "
+                "placement.mode=disaggregated",
+            )
+        actor_gpus = roles.actor.gpus if roles.actor is not None else placement.gpus_per_node
+        if actor_gpus % tp:
+            raise PlanError(
+                "rollout.tensorParallelSize",
+                f"in colocated mode vLLM runs on the actor's {actor_gpus} GPUs per pod, which is not a multiple of "
+                f"rollout.tensorParallelSize={tp}; change either",
+            )
+    if spec.reward.type == "function" and spec.reward.function is None:
+        raise PlanError("reward.function", "reward.type=function needs reward.function {configMapName, key, name}")
+    if spec.reward.type == "model" and spec.reward.model is None:
+        raise PlanError("reward.model", "reward.type=model needs reward.model {claimName, path}")
+
+
+def _groups(spec: GRPOJobSpec) -> tuple[WorkerGroup, ...]:
+    roles = spec.placement.roles
+    actor = roles.actor or RoleSpec(gpus=spec.placement.gpus_per_node)
+    groups = [_worker_group("actor", actor)]
+    if spec.placement.mode == "disaggregated" and roles.rollout is not None:
+        groups.append(_worker_group("rollout", roles.rollout))
+    if roles.reward is not None:
+        groups.append(_worker_group("reward", roles.reward))
+    return tuple(groups)
+
+
+def _flatten(prefix: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out |= _flatten(f"{prefix}.{key}" if prefix else str(key), inner)
+        return out
+    return {prefix: value}
+
+
+def verl_overrides(spec: GRPOJobSpec) -> dict[str, Any]:
+    """spec.verl as flat dotted keys (nested mappings are flattened), refusing operator-owned keys."""
+    flat = _flatten("", spec.verl)
+    for key in flat:
+        if key == "grpo" or key.startswith("grpo."):
+            raise PlanError(
+                f"verl.{key}",
+                "grpo.* settings come from the GRPOJob's own fields, not from spec.verl; remove the key",
+            )
+        owner = next((k for k in OWNED_VERL_KEYS if key == k or key.startswith(k + ".")), None)
+        if owner is not None:
+            raise PlanError(
+                f"verl.{key}",
+                f"the operator sets {owner} from {OWNED_VERL_KEYS[owner]}; remove it from spec.verl",
+            )
+    return flat
+
+
+def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | None = None) -> Plan:
+    """Decide worker groups, names, mounts and paths for the GRPOJob ``namespace/name``.
+
+    Raises ``PlanError`` for a spec that cannot run; nothing should be created then.
+    """
+    _check_roles(spec)
+    groups = _groups(spec)
+    if len(groups) > MAX_WORKER_GROUPS:  # pragma: no cover - three roles at most today
+        raise PlanError("placement.roles", f"at most {MAX_WORKER_GROUPS} worker groups")
+    verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render
+
+    image = spec.image or default_image
+    if not image:
+        raise PlanError("image", "no trainer image: set spec.image or the operator's default trainer image")
+
+    names = Names(job=name, namespace=namespace)
+    volume = spec.checkpoints.volume
+    reward_model_path = reward_model_claim = reward_function_path = None
+    if spec.reward.type == "model" and spec.reward.model is not None:
+        same_claim = spec.reward.model.claim_name == spec.model.claim_name
+        root = MOUNTS.models if same_claim else MOUNTS.reward_models
+        reward_model_path = f"{root}/{spec.reward.model.path}"
+        reward_model_claim = None if same_claim else spec.reward.model.claim_name
+    if spec.reward.type == "function" and spec.reward.function is not None:
+        reward_function_path = f"{MOUNTS.reward_function_dir}/{spec.reward.function.key}"
+
+    return Plan(
+        names=names,
+        image=image,
+        mode=spec.placement.mode,
+        head=_head_shape(spec),
+        groups=groups,
+        service_account=spec.service_account_name or names.trainer_service_account,
+        creates_service_account=spec.service_account_name is None,
+        checkpoint_claim=volume.claim_name or names.checkpoint_pvc,
+        creates_checkpoint_pvc=volume.claim_name is None,
+        model_path=f"{MOUNTS.models}/{spec.model.path}",
+        reward_model_path=reward_model_path,
+        reward_model_claim=reward_model_claim,
+        reward_function_path=reward_function_path,
+    )

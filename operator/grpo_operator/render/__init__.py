@@ -1,0 +1,22 @@
+"""Pure builders of a GRPOJob's children: each takes (spec, plan) and returns a plain dict/str.
+
+One file per child with its test beside it in tests/unit/operator/. Builders set labels but never
+owner references: the handlers adopt what they create (kopf.adopt) and decide what to own.
+"""
+
+from grpo_operator.render.configmap import render_configmap
+from grpo_operator.render.export_job import render_export_job
+from grpo_operator.render.pvc import render_checkpoint_pvc
+from grpo_operator.render.rayjob import render_rayjob
+from grpo_operator.render.rbac import render_trainer_rbac
+from grpo_operator.render.verl_config import render_verl_config, verl_config
+
+__all__ = [
+    "render_checkpoint_pvc",
+    "render_configmap",
+    "render_export_job",
+    "render_rayjob",
+    "render_trainer_rbac",
+    "render_verl_config",
+    "verl_config",
+]

@@ -1,0 +1,78 @@
+"""Labels, metadata and pod pieces shared by the render functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import METRICS_PORT, Plan
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+JOB_LABEL = "grpo.dev/job"
+ROLE_LABEL = "grpo.dev/role"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+OPERATOR_NAME = "grpo-operator"
+
+
+def labels(plan: Plan, component: str, **extra: str) -> dict[str, str]:
+    """Labels every child carries: who manages it, which GRPOJob, what part it is."""
+    return {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: plan.names.job, COMPONENT_LABEL: component, **extra}
+
+
+def metadata(plan: Plan, name: str, component: str, **extra_labels: str) -> dict[str, Any]:
+    return {"name": name, "namespace": plan.names.namespace, "labels": labels(plan, component, **extra_labels)}
+
+
+def trainer_env(spec: GRPOJobSpec, plan: Plan) -> list[dict[str, Any]]:
+    """Env of every trainer container: the GRPOJob to report into, the metrics port, then the user's."""
+    env: list[dict[str, Any]] = [
+        {"name": "GRPO_JOB_NAME", "value": plan.names.job},
+        {"name": "GRPO_JOB_NAMESPACE", "value": plan.names.namespace},
+        {"name": "GRPO_METRICS_PORT", "value": str(METRICS_PORT)},
+    ]
+    env += [e.model_dump(by_alias=True, exclude_none=True) for e in spec.env or []]
+    return env
+
+
+def image_pull_secrets(spec: GRPOJobSpec) -> list[dict[str, str]]:
+    return [{"name": s.name} for s in spec.image_pull_secrets or []]
+
+
+class Volumes:
+    """Pod volumes and container mounts, one volume per claim or ConfigMap however often it is mounted.
+
+    Two volumes naming the same PVC in one pod are legal but mount it twice; the sketch's export
+    target even shares the model claim, so claims are de-duplicated and the mounts carry readOnly.
+    """
+
+    def __init__(self) -> None:
+        self.volumes: list[dict[str, Any]] = []
+        self.mounts: list[dict[str, Any]] = []
+        self._by_source: dict[tuple[str, str], str] = {}
+
+    def claim(self, name: str, claim: str, mount_path: str, *, read_only: bool) -> Volumes:
+        volume = self._volume(name, ("pvc", claim), {"persistentVolumeClaim": {"claimName": claim}})
+        self.mounts.append({"name": volume, "mountPath": mount_path, "readOnly": read_only})
+        return self
+
+    def configmap(self, name: str, configmap: str, mount_path: str, *, sub_path: str | None = None) -> Volumes:
+        volume = self._volume(name, ("configmap", configmap), {"configMap": {"name": configmap}})
+        mount: dict[str, Any] = {"name": volume, "mountPath": mount_path, "readOnly": True}
+        if sub_path is not None:
+            mount["subPath"] = sub_path
+        self.mounts.append(mount)
+        return self
+
+    def shm(self) -> Volumes:
+        # vLLM, NCCL and Ray's object store use /dev/shm; the container runtime's 64Mi default is far too small.
+        self.volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        self.mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        return self
+
+    def _volume(self, name: str, source: tuple[str, str], body: dict[str, Any]) -> str:
+        existing = self._by_source.get(source)
+        if existing is not None:
+            return existing
+        self._by_source[source] = name
+        self.volumes.append({"name": name, **body})
+        return name

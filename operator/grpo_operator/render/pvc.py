@@ -1,0 +1,30 @@
+"""The checkpoint PersistentVolumeClaim ``<job>-checkpoints`` (none when the user names a claim)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan
+from grpo_operator.render.common import metadata
+
+# Every actor pod writes its own shards and the export Job reads them from another pod.
+DEFAULT_ACCESS_MODES = ("ReadWriteMany",)
+# Tells the handlers (and a human) whether deleting the GRPOJob may delete this claim.
+DELETE_POLICY_ANNOTATION = "grpo.dev/delete-policy"
+
+
+def render_checkpoint_pvc(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any] | None:
+    """The PVC to create, or None when spec.checkpoints.volume.claimName names an existing one."""
+    volume = spec.checkpoints.volume
+    if not plan.creates_checkpoint_pvc or volume.size is None:
+        return None
+    pvc_spec: dict[str, Any] = {
+        "accessModes": list(volume.access_modes or DEFAULT_ACCESS_MODES),
+        "resources": {"requests": {"storage": volume.size}},
+    }
+    if volume.storage_class_name is not None:
+        pvc_spec["storageClassName"] = volume.storage_class_name
+    meta = metadata(plan, plan.checkpoint_claim, "checkpoints")
+    meta["annotations"] = {DELETE_POLICY_ANNOTATION: spec.checkpoints.delete_policy}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": pvc_spec}

@@ -1,0 +1,147 @@
+"""The KubeRay RayJob (ray.io/v1, KubeRay v1.5) running grpo-train on an embedded RayCluster.
+
+Head: no GPUs; runs the verl driver and serves the trainer's metrics on port 9400.
+Workers: one group per role, pinned twice (see DESIGN.md): Kubernetes nodeSelector/tolerations put
+the pods on the role's pool, and the group's Ray custom resource ``grpo.dev/<role>`` (KubeRay's
+``workerGroupSpecs[].resources``) lets the trainer steer verl's placement-group bundles onto them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import METRICS_PORT, Plan, PodShape, WorkerGroup
+from grpo_operator.render.common import (
+    ROLE_LABEL,
+    Volumes,
+    image_pull_secrets,
+    labels,
+    metadata,
+    trainer_env,
+)
+
+ENTRYPOINT_TEMPLATE = "grpo-train --config_path {config_file}"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def trainer_volumes(spec: GRPOJobSpec, plan: Plan) -> Volumes:
+    """Volumes and mounts of every Ray pod (docs/config-contract.md, "Mount points")."""
+    m = plan.mounts
+    vols = Volumes()
+    vols.configmap("config", plan.names.configmap, m.config_file, sub_path=m.config_key)
+    vols.claim("models", spec.model.claim_name, m.models, read_only=True)
+    if plan.reward_model_claim is not None:
+        vols.claim("reward-models", plan.reward_model_claim, m.reward_models, read_only=True)
+    vols.claim("data", spec.data.claim_name, m.data, read_only=True)
+    # Read-write: verl writes checkpoints here and the trainer its converted parquet files.
+    vols.claim("checkpoints", plan.checkpoint_claim, m.checkpoints, read_only=False)
+    if spec.reward.function is not None and spec.reward.type == "function":
+        vols.configmap("reward-function", spec.reward.function.config_map_name, m.reward_function_dir)
+    return vols.shm()
+
+
+def _resources(pod: PodShape, gpus: int) -> dict[str, Any]:
+    # requests == limits: Guaranteed QoS, so a training pod is the last to be evicted.
+    amounts: dict[str, str] = {"cpu": pod.cpu, "memory": pod.memory}
+    if gpus:
+        amounts[GPU_RESOURCE] = str(gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _pod_template(
+    spec: GRPOJobSpec,
+    plan: Plan,
+    *,
+    role: str,
+    container_name: str,
+    pod: PodShape,
+    gpus: int,
+    ports: list[dict[str, Any]],
+) -> dict[str, Any]:
+    vols = trainer_volumes(spec, plan)
+    container: dict[str, Any] = {
+        "name": container_name,
+        "image": plan.image,
+        "env": trainer_env(spec, plan),
+        "resources": _resources(pod, gpus),
+        "volumeMounts": vols.mounts,
+    }
+    if ports:
+        container["ports"] = ports
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": plan.service_account,
+        "containers": [container],
+        "volumes": vols.volumes,
+    }
+    if pod.node_selector:
+        pod_spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in pod.tolerations]
+    if spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = image_pull_secrets(spec)
+    return {"metadata": {"labels": labels(plan, "trainer", **{ROLE_LABEL: role})}, "spec": pod_spec}
+
+
+def _head_group(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
+    return {
+        # The head must not be offered to verl's GPU bundles, and the dashboard must be reachable
+        # by KubeRay's job submitter from outside the pod.
+        "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+        "template": _pod_template(
+            spec,
+            plan,
+            role="head",
+            container_name="ray-head",
+            pod=plan.head,
+            gpus=0,
+            ports=[{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        ),
+    }
+
+
+def _worker_group(spec: GRPOJobSpec, plan: Plan, group: WorkerGroup) -> dict[str, Any]:
+    return {
+        "groupName": group.name,
+        # Fixed size: GRPO needs every GPU of the layout from the first step; no autoscaling.
+        "replicas": group.replicas,
+        "minReplicas": group.replicas,
+        "maxReplicas": group.replicas,
+        # KubeRay turns this into `ray start --resources`; CPU/GPU come from the container limits.
+        "resources": {group.ray_resource: str(group.gpus)},
+        "rayStartParams": {},
+        "template": _pod_template(
+            spec, plan, role=group.role, container_name="ray-worker", pod=group.pod, gpus=group.gpus, ports=[]
+        ),
+    }
+
+
+def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
+    """The RayJob ``<job>``.
+
+    ``spec.suspend`` is only the initial value: after creation Kueue owns it, and the handlers
+    must never overwrite it (they patch it only to follow the GRPOJob's scheduling.suspend).
+    """
+    meta = metadata(plan, plan.names.rayjob, "trainer")
+    if spec.scheduling.queue_name:
+        meta["labels"][KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    rayjob_spec: dict[str, Any] = {
+        "entrypoint": ENTRYPOINT_TEMPLATE.format(config_file=plan.mounts.config_file),
+        # Kueue needs it, and GPUs should not idle after the job ends.
+        "shutdownAfterJobFinishes": True,
+        # Each retry is a new RayCluster on the same checkpoint volume; verl's resume_mode=auto
+        # makes it continue from the latest checkpoint.
+        "backoffLimit": spec.scheduling.retries,
+        "suspend": spec.scheduling.suspend,
+        "rayClusterSpec": {
+            "enableInTreeAutoscaling": False,
+            "headGroupSpec": _head_group(spec, plan),
+            "workerGroupSpecs": [_worker_group(spec, plan, g) for g in plan.groups],
+        },
+    }
+    if spec.scheduling.active_deadline_seconds is not None:
+        rayjob_spec["activeDeadlineSeconds"] = spec.scheduling.active_deadline_seconds
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta, "spec": rayjob_spec}

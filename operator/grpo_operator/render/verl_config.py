@@ -1,0 +1,143 @@
+"""verl.yaml: the operator -> trainer contract (docs/config-contract.md).
+
+Flat dotted verl 0.9.1 keys, exactly as verl spells them (checked against verl 0.9.1's
+``verl/trainer/config/_generated_ppo_trainer.yaml``), then the user's raw ``spec.verl`` overrides,
+then our ``grpo:`` mapping. The trainer merges the verl keys onto verl's composed defaults and
+refuses unknown ones, so a misspelt key here fails loudly at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import METRICS_PORT, MOUNTS, Plan, verl_overrides
+
+
+def _training_keys(spec: GRPOJobSpec) -> dict[str, Any]:
+    if spec.training.total_steps is not None:
+        return {"trainer.total_training_steps": spec.training.total_steps}
+    return {"trainer.total_epochs": spec.training.epochs}
+
+
+def _reward_keys(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
+    reward = spec.reward
+    if reward.type == "function" and reward.function is not None:
+        return {
+            "reward.custom_reward_function.path": plan.reward_function_path,
+            "reward.custom_reward_function.name": reward.function.name,
+        }
+    if reward.type == "model":
+        keys: dict[str, Any] = {
+            "reward.reward_model.enable": True,
+            "reward.reward_model.model_path": plan.reward_model_path,
+            # verl leaves the reward model's engine unset (???); it serves with the policy's engine.
+            "reward.reward_model.rollout.name": spec.rollout.engine,
+        }
+        pool = plan.group("reward")
+        if pool is not None:
+            # Its own GPUs: verl builds a separate "reward_pool" of n_gpus_per_node x nnodes.
+            keys |= {
+                "reward.reward_model.enable_resource_pool": True,
+                "reward.reward_model.n_gpus_per_node": pool.verl_n_gpus_per_node,
+                "reward.reward_model.nnodes": pool.verl_nnodes,
+            }
+        return keys
+    return {}  # length: the trainer fills in its own reward-manager keys
+
+
+def _placement_keys(plan: Plan) -> dict[str, Any]:
+    actor = plan.actor
+    keys: dict[str, Any] = {
+        "trainer.n_gpus_per_node": actor.verl_n_gpus_per_node,
+        "trainer.nnodes": actor.verl_nnodes,
+    }
+    rollout = plan.group("rollout")
+    if rollout is not None:
+        keys |= {
+            "actor_rollout_ref.rollout.n_gpus_per_node": rollout.verl_n_gpus_per_node,
+            "actor_rollout_ref.rollout.nnodes": rollout.verl_nnodes,
+        }
+    return keys
+
+
+def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
+    data = MOUNTS.data
+    return {
+        "job": {"namespace": plan.names.namespace, "name": plan.names.job},
+        "maxModelLenFactor": spec.rollout.max_model_len_factor,
+        "reward": {"type": spec.reward.type},
+        "placement": {
+            "mode": plan.mode,
+            "roleResources": {g.role: g.ray_resource for g in plan.groups},
+        },
+        "data": {
+            "trainFiles": [f"{data}/{f}" for f in spec.data.train_files],
+            "valFiles": [f"{data}/{f}" for f in spec.data.val_files],
+            "preparedDir": f"{MOUNTS.checkpoints}/data",
+            "oversize": spec.data.oversize,
+        },
+        "metrics": {"port": METRICS_PORT},
+    }
+
+
+def verl_config(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
+    """The verl.yaml content as a mapping: our verl keys, the user's overrides last, then ``grpo``."""
+    algo = spec.algorithm
+    rollout = spec.rollout
+    data = spec.data
+    micro = algo.micro_batch_size_per_gpu
+    ours: dict[str, Any] = {
+        "algorithm.adv_estimator": algo.adv_estimator,
+        # GRPO regularises with a KL *loss* on the actor, not a KL penalty in the reward.
+        "algorithm.use_kl_in_reward": False,
+        "actor_rollout_ref.model.path": plan.model_path,
+        "actor_rollout_ref.actor.optim.lr": algo.learning_rate,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": algo.mini_batch_size or data.train_batch_size,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.use_kl_loss": algo.kl_loss.enabled,
+        "actor_rollout_ref.actor.kl_loss_coef": algo.kl_loss.coef,
+        "actor_rollout_ref.actor.kl_loss_type": algo.kl_loss.type,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.name": rollout.engine,
+        "actor_rollout_ref.rollout.n": algo.group_size,
+        "actor_rollout_ref.rollout.temperature": rollout.temperature,
+        "actor_rollout_ref.rollout.top_p": rollout.top_p,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_parallel_size,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.enable_chunked_prefill": rollout.chunked_prefill,
+        "actor_rollout_ref.rollout.max_num_batched_tokens": rollout.max_num_batched_tokens,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "data.prompt_key": data.prompt_key,
+        "data.max_prompt_length": data.max_prompt_length,
+        "data.max_response_length": data.max_response_length,
+        "data.train_batch_size": data.train_batch_size,
+        **_training_keys(spec),
+        "trainer.project_name": f"grpo-{plan.names.namespace}",
+        "trainer.experiment_name": plan.names.job,
+        # verl defaults to console + wandb; wandb needs an account, so it is opt-in via spec.verl.
+        "trainer.logger": ["console"],
+        "trainer.save_freq": spec.checkpoints.save_every,
+        "trainer.max_actor_ckpt_to_keep": spec.checkpoints.keep,
+        "trainer.default_local_dir": MOUNTS.checkpoints,
+        "trainer.resume_mode": spec.checkpoints.resume,
+        "trainer.val_before_train": False,
+        "trainer.test_freq": -1,
+        **_placement_keys(plan),
+        **_reward_keys(spec, plan),
+    }
+    overrides = verl_overrides(spec)
+    # The user's keys come last so the file reads in precedence order.
+    merged = {k: v for k, v in ours.items() if k not in overrides} | overrides
+    return {**merged, "grpo": _grpo_mapping(spec, plan)}
+
+
+def render_verl_config(spec: GRPOJobSpec, plan: Plan) -> str:
+    """verl.yaml as text, with a header saying where it came from."""
+    header = (
+        f"# Rendered by grpo-operator for GRPOJob {plan.names.namespace}/{plan.names.job}.\n"
+        "# Flat dotted keys are verl 0.9.1's; `grpo` holds the operator's extension settings.\n"
+    )
+    return header + yaml.safe_dump(verl_config(spec, plan), sort_keys=False, width=120)
