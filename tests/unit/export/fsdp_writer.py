@@ -103,9 +103,7 @@ def _worker(rank: int, spec: WriterSpec, port: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1 + (1.0 if p.dim() == 1 else 0.0))
         if rank == 0:
             Path(spec.out_root).mkdir(parents=True, exist_ok=True)
-            torch.save(
-                {k: v.clone() for k, v in model.state_dict().items()}, Path(spec.out_root) / "reference.pt"
-            )
+            torch.save({k: v.clone() for k, v in model.state_dict().items()}, Path(spec.out_root) / "reference.pt")
     else:
         with torch.device("meta"):
             model = Qwen2ForCausalLM(config).to(dtype)
