@@ -105,9 +105,7 @@ def run(built: BuiltConfig) -> None:
     prepare_data(built)
     setup_worker()  # the driver creates no pools itself, but the same code paths stay patched here too
     auto_set_device(config)
-    validate_config(
-        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
-    )
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=task_runner_class(config))
 
 

@@ -288,8 +288,7 @@ def apply_max_model_len(
     except (OSError, ValueError) as e:
         if strict:
             raise GrpoConfigError(
-                f"cannot read {model_path}/config.json for max_position_embeddings "
-                f"(actor_rollout_ref.model.path): {e}"
+                f"cannot read {model_path}/config.json for max_position_embeddings (actor_rollout_ref.model.path): {e}"
             ) from e
         limit = None
         warnings.append(f"max_model_len not clamped: cannot read {model_path}/config.json ({e})")
@@ -392,9 +391,7 @@ def parse_settings(grpo: Mapping[str, Any]) -> GrpoSettings:
     try:
         return GrpoSettings.model_validate(dict(grpo))
     except ValidationError as e:
-        problems = "; ".join(
-            f"grpo.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        )
+        problems = "; ".join(f"grpo.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
         raise GrpoConfigError(f"invalid grpo settings: {problems}") from e
 
 
@@ -421,9 +418,7 @@ def build_config(
 
     explicit = next((v for k, v in reversed(verl_pairs) if k.lstrip("+") == MAX_MODEL_LEN_KEY), None)
     warnings: list[str] = []
-    mml = apply_max_model_len(
-        cfg, settings, int(explicit) if explicit is not None else None, strict, warnings
-    )
+    mml = apply_max_model_len(cfg, settings, int(explicit) if explicit is not None else None, strict, warnings)
     apply_reward(cfg, settings, validate_files=True)
     plan = apply_data(cfg, settings)
     apply_runtime_env(cfg, settings, env)

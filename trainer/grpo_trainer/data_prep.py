@@ -97,12 +97,8 @@ def _messages(prompt: Any, where: str) -> Messages:
         return [{"role": "user", "content": prompt}]
     if isinstance(prompt, list) and prompt:
         for m in prompt:
-            if not (
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            ):
-                raise DataPrepError(
-                    f"{where}: each prompt message needs string 'role' and 'content', got {m!r}"
-                )
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise DataPrepError(f"{where}: each prompt message needs string 'role' and 'content', got {m!r}")
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise DataPrepError(f"{where}: 'prompt' must be a non-empty string or list of messages, got {prompt!r}")
 
@@ -177,9 +173,7 @@ def convert_jsonl(
             _short(report.dropped_lines),
         )
     if not rows:
-        raise DataPrepError(
-            f"{source}: every prompt is over data.max_prompt_length={max_prompt_length} tokens"
-        )
+        raise DataPrepError(f"{source}: every prompt is over data.max_prompt_length={max_prompt_length} tokens")
     report.kept = len(rows)
     _write(rows, target)
     log.info("%s -> %s: %d prompts", source, target, report.kept)

@@ -59,9 +59,7 @@ def pinned_bundles(
     return [{**b, resource: 1.0} for b in bundles]
 
 
-def _wrap_placement_group(
-    original: Callable[..., Any], role_resources: Mapping[str, str]
-) -> Callable[..., Any]:
+def _wrap_placement_group(original: Callable[..., Any], role_resources: Mapping[str, str]) -> Callable[..., Any]:
     @functools.wraps(original)
     def placement_group(bundles: list[dict[str, float]], *args: Any, **kwargs: Any) -> Any:
         pool = getattr(_state, "pool", None)
@@ -100,9 +98,7 @@ def install(role_resources: Mapping[str, str]) -> None:
     resources = dict(role_resources)
     # verl's module imported `placement_group` by name: replacing that name affects verl only, not Ray.
     base.placement_group = _wrap_placement_group(base.placement_group, resources)
-    base.RayResourcePool.get_placement_groups = _wrap_get_placement_groups(
-        base.RayResourcePool.get_placement_groups
-    )
+    base.RayResourcePool.get_placement_groups = _wrap_get_placement_groups(base.RayResourcePool.get_placement_groups)
     _installed["role_resources"] = resources
     log.info("role placement installed: %s", resources)
 

@@ -20,10 +20,10 @@ log = logging.getLogger(__name__)
 
 def setup_worker() -> None:
     from grpo_trainer import placement
-    from grpo_trainer.progress import score_std, tracking
+    from grpo_trainer.progress import tracking
 
     role_resources = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}")
     if role_resources:
         placement.install(role_resources)
+    # Placement errors propagate: a worker that cannot pin its pools must not start unpinned.
     tracking.install()
-    score_std.install()

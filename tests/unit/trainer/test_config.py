@@ -66,9 +66,7 @@ def test_dry_run_on_reference_example_yields_the_grpo_values(
     assert env["env_vars"]["GRPO_JOB_NAME"] == "qwen2-7b-length"
 
 
-def test_clamping_max_model_len_logs_a_warning(
-    reference_yaml: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_clamping_max_model_len_logs_a_warning(reference_yaml: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         build_config(str(reference_yaml))
     assert any("clamped to 3072" in r.getMessage() for r in caplog.records)
@@ -85,22 +83,17 @@ def test_nested_and_flat_keys_merge_alike(tmp_path: Path, model_dir: Path, verl_
     model = model_dir
     flat = tmp_path / "flat.yaml"
     flat.write_text(
-        f"actor_rollout_ref.model.path: {model}\nactor_rollout_ref.rollout.name: vllm\n"
-        "actor_rollout_ref.rollout.n: 4\n"
+        f"actor_rollout_ref.model.path: {model}\nactor_rollout_ref.rollout.name: vllm\nactor_rollout_ref.rollout.n: 4\n"
     )
     nested = tmp_path / "nested.yaml"
-    nested.write_text(
-        f"actor_rollout_ref:\n  model: {{path: {model}}}\n  rollout:\n    name: vllm\n    n: 4\n"
-    )
+    nested.write_text(f"actor_rollout_ref:\n  model: {{path: {model}}}\n  rollout:\n    name: vllm\n    n: 4\n")
     a = build_config(str(flat), defaults=verl_defaults).verl
     b = build_config(str(nested), defaults=verl_defaults).verl
     assert a == b
     assert a.actor_rollout_ref.rollout.n == 4
 
 
-def test_unknown_verl_key_is_refused_naming_the_key(
-    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
-) -> None:
+def test_unknown_verl_key_is_refused_naming_the_key(tmp_path: Path, model_dir: Path, verl_defaults: DictConfig) -> None:
     model = model_dir
     cfg = tmp_path / "v.yaml"
     cfg.write_text(f"actor_rollout_ref.model.path: {model}\nactor_rollout_ref.rollout.temprature: 0.7\n")
@@ -112,9 +105,7 @@ def test_unknown_verl_key_is_refused_naming_the_key(
         build_config(str(cfg), defaults=verl_defaults)
 
 
-def test_legacy_reward_manager_key_is_refused(
-    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
-) -> None:
+def test_legacy_reward_manager_key_is_refused(tmp_path: Path, model_dir: Path, verl_defaults: DictConfig) -> None:
     # verl 0.9.1 composes reward_model.* but main_ppo never reads it: a silent no-op we refuse
     model = model_dir
     cfg = tmp_path / "v.yaml"
@@ -163,9 +154,7 @@ def test_dry_run_without_model_dir_warns_but_real_run_refuses(
         build_config(str(cfg), strict=True, defaults=verl_defaults)
 
 
-def test_cli_reports_config_errors_with_exit_code_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_reports_config_errors_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "v.yaml"
     cfg.write_text("trainer.no_such_key: 1\n")
     assert main(["--config_path", str(cfg), "--dry-run"]) == 2

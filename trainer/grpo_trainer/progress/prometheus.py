@@ -31,12 +31,8 @@ class TrainerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self.step = Gauge("grpo_trainer_step", "Last completed training step.", registry=self.registry)
-        self.total_steps = Gauge(
-            "grpo_trainer_total_steps", "Planned training steps.", registry=self.registry
-        )
-        self.steps = Counter(
-            "grpo_trainer_steps", "Training steps completed by this process.", registry=self.registry
-        )
+        self.total_steps = Gauge("grpo_trainer_total_steps", "Planned training steps.", registry=self.registry)
+        self.steps = Counter("grpo_trainer_steps", "Training steps completed by this process.", registry=self.registry)
         self.gauges: dict[str, Gauge] = {
             name: Gauge(f"grpo_trainer_{name}", text, registry=self.registry) for name, text in _HELP.items()
         }

@@ -27,10 +27,11 @@ def with_score_std(compute_data_metrics: Callable[..., dict[str, Any]]) -> Calla
 
 
 def install() -> None:
-    """Both verl trainers import compute_data_metrics by name, so patch the names they call."""
-    import importlib
+    """Both verl trainers import compute_data_metrics by name, so patch the names they call; only
+    modules already loaded (the trainer that is running) are touched, nothing is imported."""
+    import sys
 
     for module_name in ("verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.ray_trainer"):
-        module = importlib.import_module(module_name)
-        if hasattr(module, "compute_data_metrics"):
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, "compute_data_metrics"):
             module.compute_data_metrics = with_score_std(module.compute_data_metrics)

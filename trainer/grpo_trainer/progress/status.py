@@ -73,7 +73,5 @@ class StatusReporter:
             if type(e).__name__ == "ConfigException":
                 # not in a pod (no service account): stop trying, once
                 self._disabled = True
-            log.warning(
-                "could not patch %s/%s status.progress at step %d: %s", self.namespace, self.name, m.step, e
-            )
+            log.warning("could not patch %s/%s status.progress at step %d: %s", self.namespace, self.name, m.step, e)
             return False

@@ -99,13 +99,22 @@ def backend_for_process(config: Mapping[str, Any] | None, env: ProgressEnv) -> G
                     env.metrics_port,
                     e,
                 )
-        reporter = (
-            StatusReporter(env.job_namespace, env.job_name) if env.job_name and env.job_namespace else None
-        )
+        reporter = StatusReporter(env.job_namespace, env.job_name) if env.job_name and env.job_namespace else None
         backend = GrpoTrackingBackend(metrics, reporter)
         _process_backend["backend"] = backend
     backend.total_steps = total_steps_from(config) or backend.total_steps
     return backend
+
+
+def _install_score_std() -> None:
+    # Here, not in the setup hook: Tracking is created by verl's trainer, so its module is loaded
+    # already, while importing it in every Ray worker would cost seconds and pull transfer_queue.
+    from grpo_trainer.progress import score_std
+
+    try:
+        score_std.install()
+    except Exception:
+        log.exception("critic/score/std will be missing: could not wrap verl's compute_data_metrics")
 
 
 def install(env: ProgressEnv | None = None) -> None:
@@ -128,6 +137,7 @@ def install(env: ProgressEnv | None = None) -> None:
         config: Any = None,
     ) -> None:
         original(self, project_name, experiment_name, default_backend, config)
+        _install_score_std()
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         if BACKEND_NAME in backends:
             self.logger[BACKEND_NAME] = backend_for_process(config, env or ProgressEnv.from_env())

@@ -25,9 +25,7 @@ def validate_reward_function(path: str, name: str) -> None:
     """Import `path` and check it defines a callable `name`; raise GrpoConfigError naming file and line."""
     file = Path(path)
     if not file.is_file():
-        raise GrpoConfigError(
-            f"reward function file {path} does not exist (reward.custom_reward_function.path)"
-        )
+        raise GrpoConfigError(f"reward function file {path} does not exist (reward.custom_reward_function.path)")
     spec = importlib.util.spec_from_file_location(f"grpo_user_reward_{abs(hash(str(file.resolve())))}", file)
     if spec is None or spec.loader is None:
         raise GrpoConfigError(f"{path}: cannot be imported as a Python module")
@@ -37,9 +35,7 @@ def validate_reward_function(path: str, name: str) -> None:
     except Exception as e:  # any error while importing user code is the user's to see, with its line
         line = _line_in(file.resolve(), e) or _line_in(file, e)
         where = f"{path}:{line}" if line else path
-        raise GrpoConfigError(
-            f"{where}: reward function file failed to import: {type(e).__name__}: {e}"
-        ) from e
+        raise GrpoConfigError(f"{where}: reward function file failed to import: {type(e).__name__}: {e}") from e
     fn = getattr(module, name, None)
     if fn is None:
         defined = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
