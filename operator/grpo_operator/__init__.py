@@ -4,3 +4,5 @@ GROUP = "grpo.dev"
 VERSION = "v1alpha1"
 KIND = "GRPOJob"
 PLURAL = "grpojobs"
+
+__version__ = "0.1.0"

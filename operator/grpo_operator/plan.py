@@ -330,7 +330,8 @@ def _groups(spec: GRPOJobSpec) -> tuple[WorkerGroup, ...]:
 
 
 def _flatten(prefix: str, value: Any) -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
+    """Nested mappings as dotted keys; an empty mapping stays a value (e.g. ``kwargs: {}``)."""
+    if isinstance(value, Mapping) and (value or not prefix):
         out: dict[str, Any] = {}
         for key, inner in value.items():
             out |= _flatten(f"{prefix}.{key}" if prefix else str(key), inner)

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
-class OperatorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GRPO_OPERATOR_")
+@dataclass(frozen=True)
+class OperatorSettings:
+    default_trainer_image: str = "grpo-trainer:0.1.0"
+    namespaces: tuple[str, ...] = field(default_factory=tuple)  # empty: the whole cluster
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    # How often a job that waits for a missing PVC or ConfigMap is checked again.
+    dependency_retry_seconds: float = 30.0
 
-    default_trainer_image: str = Field(
-        default="grpo-trainer:0.1.0", description="Trainer image for GRPOJobs that set no spec.image.")
-    namespaces: list[str] = Field(
-        default_factory=list, description="Namespaces to watch; empty means the whole cluster.")
-    metrics_port: int = Field(default=8080, description="Port of /metrics.")
-    metrics_host: str = Field(default="0.0.0.0", description="Address /metrics listens on.")
-    invalid_retry_seconds: float = Field(
-        default=30.0, description="How often a job waiting for a missing PVC or ConfigMap is checked again.")
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> OperatorSettings:
+        prefix = "GRPO_OPERATOR_"
+        namespaces = tuple(n.strip() for n in env.get(prefix + "NAMESPACES", "").split(",") if n.strip())
+        try:
+            return cls(
+                default_trainer_image=env.get(prefix + "DEFAULT_TRAINER_IMAGE", cls.default_trainer_image),
+                namespaces=namespaces,
+                metrics_host=env.get(prefix + "METRICS_HOST", cls.metrics_host),
+                metrics_port=int(env.get(prefix + "METRICS_PORT", cls.metrics_port)),
+                dependency_retry_seconds=float(env.get(prefix + "DEPENDENCY_RETRY_SECONDS",
+                                                       cls.dependency_retry_seconds)),
+            )
+        except ValueError as exc:
+            raise SystemExit(f"grpo-operator: bad setting in {prefix}* environment: {exc}") from exc

@@ -1,0 +1,78 @@
+"""Decide which children a GRPOJob gets, in which order, and who owns them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan
+from grpo_operator.render import (
+    render_checkpoint_pvc,
+    render_configmap,
+    render_rayjob,
+    render_trainer_rbac,
+)
+
+
+@dataclass(frozen=True)
+class Child:
+    body: dict
+    # False for what must outlive the GRPOJob: a Retain checkpoint PVC keeps trained weights.
+    owned: bool = True
+
+    @property
+    def kind(self) -> str:
+        return self.body["kind"]
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+
+def training_children(spec: GRPOJobSpec, plan: Plan) -> list[Child]:
+    """Everything training needs, RayJob last: it only starts once what it mounts exists."""
+    children = [Child(obj) for obj in render_trainer_rbac(spec, plan)]
+    children.append(Child(render_configmap(spec, plan)))
+    pvc = render_checkpoint_pvc(spec, plan)
+    if pvc is not None:
+        children.append(Child(pvc, owned=spec.checkpoints.delete_policy == "Delete"))
+    children.append(Child(render_rayjob(spec, plan)))
+    return children
+
+
+def missing_dependencies(spec: GRPOJobSpec, plan: Plan, claims: set[str],
+                         configmaps: dict[str, set[str] | None]) -> list[tuple[str, str, str]]:
+    """(field, reason, message) for each object the job needs that does not exist.
+
+    `claims` are the PVC names that exist in the namespace; `configmaps` maps a ConfigMap name to its
+    keys (None when absent).
+    """
+    problems: list[tuple[str, str, str]] = []
+
+    def need_claim(field: str, claim: str | None) -> None:
+        if claim and claim not in claims:
+            problems.append((field, "MissingPersistentVolumeClaim",
+                             f"spec.{field}: PersistentVolumeClaim {claim!r} does not exist in the namespace; "
+                             "create it (or fix the name) and the job starts on its own"))
+
+    need_claim("model.claimName", spec.model.claim_name)
+    need_claim("data.claimName", spec.data.claim_name)
+    if spec.reward.model is not None:
+        need_claim("reward.model.claimName", spec.reward.model.claim_name)
+    if spec.checkpoints.volume.claim_name:
+        need_claim("checkpoints.volume.claimName", spec.checkpoints.volume.claim_name)
+    if spec.export.enabled and spec.export.target is not None:
+        need_claim("export.target.claimName", spec.export.target.claim_name)
+    function = spec.reward.function
+    if spec.reward.type == "function" and function is not None:
+        keys = configmaps.get(function.config_map_name)
+        if keys is None:
+            problems.append(("reward.function.configMapName", "MissingConfigMap",
+                             f"spec.reward.function.configMapName: ConfigMap {function.config_map_name!r} does "
+                             "not exist in the namespace; create it with your reward file "
+                             f"(kubectl create configmap {function.config_map_name} --from-file={function.key})"))
+        elif function.key not in keys:
+            problems.append(("reward.function.key", "MissingConfigMapKey",
+                             f"spec.reward.function.key: ConfigMap {function.config_map_name!r} has no key "
+                             f"{function.key!r} (it has {sorted(keys)}); fix the key or the ConfigMap"))
+    return problems

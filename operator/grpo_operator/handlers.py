@@ -1,0 +1,230 @@
+"""kopf handlers: thin. They parse, call the pure planners and renderers, and make idempotent calls.
+
+- create/resume of a GRPOJob: validate against cluster state, then create the children once.
+- any change of a child RayJob or converter Job: recompute the GRPOJob's phase and conditions.
+- a change of spec.scheduling.suspend: forwarded to the RayJob once (Kueue owns it otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from grpo_operator import kube, metrics
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.children import Child, missing_dependencies, training_children
+from grpo_operator.plan import Plan, PlanError, plan
+from grpo_operator.render import render_export_job
+from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
+from grpo_operator.settings import OperatorSettings
+from grpo_operator.status import (
+    ConditionUpdate,
+    Observation,
+    merge_conditions,
+    observe_export,
+    observe_rayjob,
+)
+
+GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
+TERMINAL_PHASES = {"Succeeded", "Failed"}
+SETTINGS = OperatorSettings.from_env()
+log = logging.getLogger("grpo_operator")
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Progress and diff-base live in annotations, so status holds only what users read.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="grpo.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="grpo.dev", key="last-handled-configuration")
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.error_backoffs = [1, 2, 5, 10, 20]
+    kube.load_config()
+    metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
+
+
+def _parse(name: str, namespace: str, spec: dict) -> tuple[GRPOJobSpec, Plan]:
+    job_spec = GRPOJobSpec.model_validate(spec)
+    return job_spec, plan(job_spec, name=name, namespace=namespace, default_image=SETTINGS.default_trainer_image)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"spec.{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _write_status(namespace: str, name: str, current: dict, generation: int | None, phase: str,
+                  conditions: tuple[ConditionUpdate, ...], fields: dict[str, Any] | None = None) -> None:
+    status = {"phase": phase, "observedGeneration": generation,
+              "conditions": merge_conditions(current.get("conditions") or [], conditions, generation),
+              **(fields or {})}
+    kube.patch_grpojob_status(namespace, name, status)
+    metrics.record_phase(namespace, name, phase)
+
+
+def _refuse(body: kopf.Body, reason: str, message: str) -> None:
+    meta = body["metadata"]
+    _write_status(meta["namespace"], meta["name"], body.get("status") or {}, meta.get("generation"), "Invalid",
+                  (ConditionUpdate("Ready", "False", reason, message),
+                   ConditionUpdate("Valid", "False", reason, message)))
+    kopf.warn(body, reason=reason, message=message)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, status: kopf.Status,
+              **_: Any) -> None:
+    """Create the children once; refuse, with a condition and an Event, what cannot run."""
+    if status.get("phase") in TERMINAL_PHASES:
+        return
+    started = time.monotonic()
+    result = "error"
+    try:
+        try:
+            job_spec, job_plan = _parse(name, namespace, dict(spec))
+        except ValidationError as exc:
+            _refuse(body, "InvalidSpec", _validation_message(exc))
+            result = "invalid"
+            raise kopf.PermanentError(_validation_message(exc)) from exc
+        except PlanError as exc:
+            _refuse(body, "InvalidSpec", str(exc))
+            result = "invalid"
+            raise kopf.PermanentError(str(exc)) from exc
+
+        problems = _missing(namespace, job_spec, job_plan)
+        if problems:
+            _refuse(body, problems[0][1], "; ".join(p[2] for p in problems))
+            result = "waiting"
+            raise kopf.TemporaryError(problems[0][2], delay=SETTINGS.dependency_retry_seconds)
+
+        created = [c for c in training_children(job_spec, job_plan) if _ensure(body, c)]
+        for child in created:
+            kopf.info(body, reason="Created", message=f"created {child.kind} {child.name}")
+        fields = {"rayJobName": job_plan.names.rayjob, "configMapName": job_plan.names.configmap,
+                  "checkpointClaimName": job_plan.checkpoint_claim}
+        if status.get("phase") in (None, "Invalid"):
+            valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
+            _write_status(namespace, name, dict(status), body["metadata"].get("generation"), "Pending",
+                          (ConditionUpdate("Ready", "False", "RayJobInitializing",
+                                           f"RayJob {job_plan.names.rayjob} is starting"), valid), fields)
+        result = "success"
+    except kopf.TemporaryError:
+        raise
+    except kopf.PermanentError:
+        raise
+    except Exception:
+        metrics.CHILD_CREATE_ERRORS.inc()
+        raise
+    finally:
+        metrics.observe_reconcile(result, time.monotonic() - started)
+    sync_status(namespace, name)
+
+
+def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
+    claims = {pvc.metadata.name for pvc in kube.core().list_namespaced_persistent_volume_claim(namespace).items}
+    configmaps: dict[str, set[str] | None] = {}
+    if spec.reward.function is not None:
+        cm = spec.reward.function.config_map_name
+        configmaps[cm] = kube.configmap_keys(namespace, cm)
+    return missing_dependencies(spec, job_plan, claims, configmaps)
+
+
+def _ensure(owner: kopf.Body, child: Child) -> bool:
+    body = child.body
+    if child.owned:
+        kopf.adopt(body, owner=owner)
+    else:
+        body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
+    return kube.create_if_absent(body)
+
+
+@kopf.on.field(GROUP, VERSION, PLURAL, field="spec.scheduling.suspend")
+def suspend_changed(old: Any, new: Any, name: str, namespace: str, status: kopf.Status, **_: Any) -> None:
+    """Forward a user's suspend/resume to the RayJob once; never re-assert it (Kueue toggles it too)."""
+    if old is None or status.get("phase") in TERMINAL_PHASES or not status.get("rayJobName"):
+        return
+    kube.patch_rayjob_suspend(namespace, status["rayJobName"], bool(new))
+
+
+_CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
+
+
+@kopf.on.event("ray.io", "v1", "rayjobs", labels=_CHILD_SELECTOR)
+def rayjob_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    sync_status(namespace, labels[JOB_LABEL])
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
+def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    sync_status(namespace, labels[JOB_LABEL])
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def track_phase(event: dict, namespace: str, name: str, status: kopf.Status, **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        metrics.forget(namespace, name)
+    elif status.get("phase"):
+        metrics.record_phase(namespace, name, status["phase"])
+
+
+def sync_status(namespace: str, name: str) -> None:
+    """Mirror the children into the GRPOJob's status; start the converter when training completed."""
+    job = kube.get_grpojob(namespace, name)
+    if job is None:
+        return
+    status = job.get("status") or {}
+    if status.get("phase") in TERMINAL_PHASES or status.get("phase") in (None, "Invalid"):
+        return
+    try:
+        job_spec, job_plan = _parse(name, namespace, job["spec"])
+    except (ValidationError, PlanError):
+        return  # reconcile() reports these
+    observation = observe_rayjob(job_plan.names.rayjob, kube.get("RayJob", namespace, job_plan.names.rayjob),
+                                 job_spec.export.enabled)
+    if observation.wants_export:
+        observation = _export(job, job_spec, job_plan)
+    fields = dict(observation.fields)
+    if observation.phase == status.get("phase") and _same_conditions(status, observation) and \
+            all(status.get(k) == v for k, v in fields.items()):
+        return
+    _write_status(namespace, name, status, job["metadata"].get("generation"), observation.phase,
+                  (observation.ready, *observation.extra_conditions), fields)
+    if observation.finished:
+        metrics.observe_completion(job["metadata"].get("creationTimestamp"), observation.phase)
+    if observation.phase != status.get("phase"):
+        kopf.event(job, type="Warning" if observation.phase == "Failed" else "Normal",
+                   reason=observation.ready.reason, message=observation.ready.message)
+
+
+def _same_conditions(status: dict, observation: Observation) -> bool:
+    current = {c["type"]: (c.get("status"), c.get("reason"), c.get("message"))
+               for c in status.get("conditions") or []}
+    return all(current.get(u.type) == (u.status, u.reason, u.message)
+               for u in (observation.ready, *observation.extra_conditions))
+
+
+def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
+    namespace = job["metadata"]["namespace"]
+    export_name = job_plan.names.export_job
+    step = ((job.get("status") or {}).get("checkpoint") or {}).get("step")
+    existing = kube.get("Job", namespace, export_name)
+    if existing is None:
+        body = render_export_job(job_spec, job_plan, step)
+        kopf.adopt(body, owner=job)
+        if kube.create_if_absent(body):
+            kopf.info(job, reason="Created", message=f"created converter Job {export_name}")
+        existing = kube.get("Job", namespace, export_name)
+    finished = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+                   for c in ((existing or {}).get("status") or {}).get("conditions") or [])
+    result = kube.job_termination_message(namespace, export_name) if finished else None
+    return observe_export(export_name, existing, result)
+

@@ -1,0 +1,159 @@
+"""The KubeRay RayJob: entrypoint, lifecycle fields, head and one pinned worker group per role."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import plan_of, spec_with
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan
+from grpo_operator.render import render_rayjob
+
+
+def _groups(rayjob: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {g["groupName"]: g for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+
+
+def _container(template: dict[str, Any]) -> dict[str, Any]:
+    (container,) = template["spec"]["containers"]
+    return container
+
+
+def test_rayjob_runs_grpo_train_and_shuts_down_after(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    rj = render_rayjob(*reference)
+    assert (rj["apiVersion"], rj["kind"], rj["metadata"]["name"]) == ("ray.io/v1", "RayJob", "qwen2-7b-reference")
+    assert rj["spec"]["entrypoint"] == "grpo-train --config_path /etc/grpo/verl.yaml"
+    assert rj["spec"]["shutdownAfterJobFinishes"] is True
+    assert rj["spec"]["backoffLimit"] == 2
+    assert rj["spec"]["suspend"] is False
+    assert "activeDeadlineSeconds" not in rj["spec"]
+    assert "ownerReferences" not in rj["metadata"]
+
+
+def test_rayjob_worker_group_advertises_role_resource(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    groups = _groups(render_rayjob(*reference))
+    assert list(groups) == ["actor", "rollout", "reward"]
+    assert groups["actor"]["resources"] == {"grpo.dev/actor": "4"}
+    assert groups["rollout"]["resources"] == {"grpo.dev/rollout": "2"}
+    assert groups["reward"]["resources"] == {"grpo.dev/reward": "2"}
+    for g in groups.values():
+        # KubeRay refuses num-cpus/num-gpus/resources in rayStartParams beside `resources`.
+        assert not set(g["rayStartParams"]) & {"num-cpus", "num-gpus", "memory", "resources"}
+        assert g["replicas"] == g["minReplicas"] == g["maxReplicas"] == 1
+
+
+def test_worker_pods_are_pinned_to_their_pool_with_gpu_limits(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    groups = _groups(render_rayjob(*reference))
+    pools = {name: g["template"]["spec"]["nodeSelector"] for name, g in groups.items()}
+    assert pools == {
+        "actor": {"grpo.dev/pool": "train"},
+        "rollout": {"grpo.dev/pool": "rollout"},
+        "reward": {"grpo.dev/pool": "rollout"},
+    }
+    actor = _container(groups["actor"]["template"])["resources"]
+    assert actor["limits"] == {"cpu": "13", "memory": "136Gi", "nvidia.com/gpu": "4"}
+    assert actor["requests"] == actor["limits"]
+    for name, g in groups.items():
+        assert g["template"]["metadata"]["labels"]["grpo.dev/role"] == name
+
+
+def test_every_pod_has_at_least_three_cpus_per_gpu(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    for g in _groups(render_rayjob(*reference)).values():
+        limits = _container(g["template"])["resources"]["limits"]
+        assert int(limits["cpu"]) >= 3 * int(limits["nvidia.com/gpu"])
+
+
+def test_head_has_no_gpus_and_serves_metrics(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    head = render_rayjob(*reference)["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
+    container = _container(head["template"])
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert {"name": "metrics", "containerPort": 9400, "protocol": "TCP"} in container["ports"]
+
+
+def test_pods_mount_the_contract_paths(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    rj = render_rayjob(*reference)
+    templates = [rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]] + [
+        g["template"] for g in _groups(rj).values()
+    ]
+    for template in templates:
+        mounts = {m["mountPath"]: m for m in _container(template)["volumeMounts"]}
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert mounts["/etc/grpo/verl.yaml"]["subPath"] == "verl.yaml"
+        assert volumes[mounts["/etc/grpo/verl.yaml"]["name"]]["configMap"] == {"name": "qwen2-7b-reference-verl"}
+        assert mounts["/models"]["readOnly"] is True
+        assert mounts["/data"]["readOnly"] is True
+        assert mounts["/checkpoints"]["readOnly"] is False
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"] for v in volumes.values() if "persistentVolumeClaim" in v
+        }
+        assert claims[mounts["/checkpoints"]["name"]] == "qwen2-7b-reference-checkpoints"
+        assert claims[mounts["/models"]["name"]] == "models"
+        assert claims[mounts["/data"]["name"]] == "datasets"
+        assert "/dev/shm" in mounts
+
+
+def test_a_claim_mounted_twice_is_one_volume(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda s: s["data"].update(claimName="models"))
+    template = render_rayjob(spec, plan_of(spec, "qwen2-7b-length"))["spec"]["rayClusterSpec"]["headGroupSpec"][
+        "template"
+    ]
+    claims = [
+        v["persistentVolumeClaim"]["claimName"] for v in template["spec"]["volumes"] if "persistentVolumeClaim" in v
+    ]
+    assert sorted(claims) == ["models", "qwen2-7b-length-checkpoints"]
+    mounts = {m["mountPath"]: m["name"] for m in _container(template)["volumeMounts"]}
+    assert mounts["/models"] == mounts["/data"]
+
+
+def test_function_reward_configmap_is_mounted(colocated_body: dict[str, Any]) -> None:
+    reward = {"type": "function", "function": {"configMapName": "my-reward", "key": "reward.py"}}
+    spec = spec_with(colocated_body, lambda s: s.update(reward=reward))
+    template = _groups(render_rayjob(spec, plan_of(spec)))["actor"]["template"]
+    mounts = {m["mountPath"]: m for m in _container(template)["volumeMounts"]}
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert volumes[mounts["/etc/grpo/reward"]["name"]]["configMap"] == {"name": "my-reward"}
+
+
+def test_env_tells_the_trainer_which_grpojob_to_report_into(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda s: s.update(env=[{"name": "HF_HUB_OFFLINE", "value": "1"}]))
+    template = _groups(render_rayjob(spec, plan_of(spec, "qwen2-7b-length")))["actor"]["template"]
+    env = {e["name"]: e.get("value") for e in _container(template)["env"]}
+    assert env == {
+        "GRPO_JOB_NAME": "qwen2-7b-length",
+        "GRPO_JOB_NAMESPACE": "team-a",
+        "GRPO_METRICS_PORT": "9400",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def test_scheduling_fields_reach_the_rayjob_and_pods(colocated_body: dict[str, Any]) -> None:
+    def edit(s: dict[str, Any]) -> None:
+        s["scheduling"] = {
+            "queueName": "gpu-queue",
+            "priorityClassName": "training",
+            "suspend": True,
+            "activeDeadlineSeconds": 86400,
+            "retries": 5,
+        }
+        s["imagePullSecrets"] = [{"name": "regcred"}]
+        s["serviceAccountName"] = "team-sa"
+        s["placement"]["roles"]["actor"]["tolerations"] = [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+
+    spec = spec_with(colocated_body, edit)
+    rj = render_rayjob(spec, plan_of(spec))
+    assert rj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert (rj["spec"]["suspend"], rj["spec"]["activeDeadlineSeconds"], rj["spec"]["backoffLimit"]) == (True, 86400, 5)
+    pod = _groups(rj)["actor"]["template"]["spec"]
+    assert pod["priorityClassName"] == "training"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["serviceAccountName"] == "team-sa"
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_colocated_rayjob_has_only_the_actor_group(colocated: tuple[GRPOJobSpec, Plan]) -> None:
+    groups = _groups(render_rayjob(*colocated))
+    assert list(groups) == ["actor"]
+    assert groups["actor"]["resources"] == {"grpo.dev/actor": "8"}
