@@ -17,28 +17,38 @@ from grpo_operator.settings import OperatorSettings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="grpo-operator", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--namespace", "-n", action="append", default=None,
-                        help="watch this namespace (repeatable); default: GRPO_OPERATOR_NAMESPACES or all")
-    parser.add_argument("--standalone", action="store_true",
-                        help="no peering with other operator replicas (local runs)")
+    parser = argparse.ArgumentParser(
+        prog="grpo-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=None,
+        help="watch this namespace (repeatable); default: GRPO_OPERATOR_NAMESPACES or all",
+    )
+    parser.add_argument(
+        "--standalone", action="store_true", help="no peering with other operator replicas (local runs)"
+    )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     settings = OperatorSettings.from_env()
     namespaces = args.namespace or list(settings.namespaces)
 
     import grpo_operator.handlers  # noqa: F401  registers the handlers
 
-    asyncio.run(kopf.operator(
-        standalone=args.standalone,
-        clusterwide=not namespaces,
-        namespaces=namespaces or None,
-        liveness_endpoint=args.liveness,
-    ))
+    asyncio.run(
+        kopf.operator(
+            standalone=args.standalone,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=args.liveness,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ def training_children(spec: GRPOJobSpec, plan: Plan) -> list[Child]:
     return children
 
 
-def missing_dependencies(spec: GRPOJobSpec, plan: Plan, claims: set[str],
-                         configmaps: dict[str, set[str] | None]) -> list[tuple[str, str, str]]:
+def missing_dependencies(
+    spec: GRPOJobSpec, plan: Plan, claims: set[str], configmaps: dict[str, set[str] | None]
+) -> list[tuple[str, str, str]]:
     """(field, reason, message) for each object the job needs that does not exist.
 
     `claims` are the PVC names that exist in the namespace; `configmaps` maps a ConfigMap name to its
@@ -51,9 +52,14 @@ def missing_dependencies(spec: GRPOJobSpec, plan: Plan, claims: set[str],
 
     def need_claim(field: str, claim: str | None) -> None:
         if claim and claim not in claims:
-            problems.append((field, "MissingPersistentVolumeClaim",
-                             f"spec.{field}: PersistentVolumeClaim {claim!r} does not exist in the namespace; "
-                             "create it (or fix the name) and the job starts on its own"))
+            problems.append(
+                (
+                    field,
+                    "MissingPersistentVolumeClaim",
+                    f"spec.{field}: PersistentVolumeClaim {claim!r} does not exist in the namespace; "
+                    "create it (or fix the name) and the job starts on its own",
+                )
+            )
 
     need_claim("model.claimName", spec.model.claim_name)
     need_claim("data.claimName", spec.data.claim_name)
@@ -67,12 +73,22 @@ def missing_dependencies(spec: GRPOJobSpec, plan: Plan, claims: set[str],
     if spec.reward.type == "function" and function is not None:
         keys = configmaps.get(function.config_map_name)
         if keys is None:
-            problems.append(("reward.function.configMapName", "MissingConfigMap",
-                             f"spec.reward.function.configMapName: ConfigMap {function.config_map_name!r} does "
-                             "not exist in the namespace; create it with your reward file "
-                             f"(kubectl create configmap {function.config_map_name} --from-file={function.key})"))
+            problems.append(
+                (
+                    "reward.function.configMapName",
+                    "MissingConfigMap",
+                    f"spec.reward.function.configMapName: ConfigMap {function.config_map_name!r} does "
+                    "not exist in the namespace; create it with your reward file "
+                    f"(kubectl create configmap {function.config_map_name} --from-file={function.key})",
+                )
+            )
         elif function.key not in keys:
-            problems.append(("reward.function.key", "MissingConfigMapKey",
-                             f"spec.reward.function.key: ConfigMap {function.config_map_name!r} has no key "
-                             f"{function.key!r} (it has {sorted(keys)}); fix the key or the ConfigMap"))
+            problems.append(
+                (
+                    "reward.function.key",
+                    "MissingConfigMapKey",
+                    f"spec.reward.function.key: ConfigMap {function.config_map_name!r} has no key "
+                    f"{function.key!r} (it has {sorted(keys)}); fix the key or the ConfigMap",
+                )
+            )
     return problems

@@ -40,7 +40,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Progress and diff-base live in annotations, so status holds only what users read.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="grpo.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="grpo.dev", key="last-handled-configuration")
+        prefix="grpo.dev", key="last-handled-configuration"
+    )
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -62,27 +63,41 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _write_status(namespace: str, name: str, current: dict, generation: int | None, phase: str,
-                  conditions: tuple[ConditionUpdate, ...], fields: dict[str, Any] | None = None) -> None:
-    status = {"phase": phase, "observedGeneration": generation,
-              "conditions": merge_conditions(current.get("conditions") or [], conditions, generation),
-              **(fields or {})}
+def _write_status(
+    namespace: str,
+    name: str,
+    current: dict,
+    generation: int | None,
+    phase: str,
+    conditions: tuple[ConditionUpdate, ...],
+    fields: dict[str, Any] | None = None,
+) -> None:
+    status = {
+        "phase": phase,
+        "observedGeneration": generation,
+        "conditions": merge_conditions(current.get("conditions") or [], conditions, generation),
+        **(fields or {}),
+    }
     kube.patch_grpojob_status(namespace, name, status)
     metrics.record_phase(namespace, name, phase)
 
 
 def _refuse(body: kopf.Body, reason: str, message: str) -> None:
     meta = body["metadata"]
-    _write_status(meta["namespace"], meta["name"], body.get("status") or {}, meta.get("generation"), "Invalid",
-                  (ConditionUpdate("Ready", "False", reason, message),
-                   ConditionUpdate("Valid", "False", reason, message)))
+    _write_status(
+        meta["namespace"],
+        meta["name"],
+        body.get("status") or {},
+        meta.get("generation"),
+        "Invalid",
+        (ConditionUpdate("Ready", "False", reason, message), ConditionUpdate("Valid", "False", reason, message)),
+    )
     kopf.warn(body, reason=reason, message=message)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, status: kopf.Status,
-              **_: Any) -> None:
+def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
     """Create the children once; refuse, with a condition and an Event, what cannot run."""
     if status.get("phase") in TERMINAL_PHASES:
         return
@@ -109,13 +124,27 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
         created = [c for c in training_children(job_spec, job_plan) if _ensure(body, c)]
         for child in created:
             kopf.info(body, reason="Created", message=f"created {child.kind} {child.name}")
-        fields = {"rayJobName": job_plan.names.rayjob, "configMapName": job_plan.names.configmap,
-                  "checkpointClaimName": job_plan.checkpoint_claim}
+        fields = {
+            "rayJobName": job_plan.names.rayjob,
+            "configMapName": job_plan.names.configmap,
+            "checkpointClaimName": job_plan.checkpoint_claim,
+        }
         if status.get("phase") in (None, "Invalid"):
             valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
-            _write_status(namespace, name, dict(status), body["metadata"].get("generation"), "Pending",
-                          (ConditionUpdate("Ready", "False", "RayJobInitializing",
-                                           f"RayJob {job_plan.names.rayjob} is starting"), valid), fields)
+            _write_status(
+                namespace,
+                name,
+                dict(status),
+                body["metadata"].get("generation"),
+                "Pending",
+                (
+                    ConditionUpdate(
+                        "Ready", "False", "RayJobInitializing", f"RayJob {job_plan.names.rayjob} is starting"
+                    ),
+                    valid,
+                ),
+                fields,
+            )
         result = "success"
     except kopf.TemporaryError:
         raise
@@ -188,28 +217,44 @@ def sync_status(namespace: str, name: str) -> None:
         job_spec, job_plan = _parse(name, namespace, job["spec"])
     except (ValidationError, PlanError):
         return  # reconcile() reports these
-    observation = observe_rayjob(job_plan.names.rayjob, kube.get("RayJob", namespace, job_plan.names.rayjob),
-                                 job_spec.export.enabled)
+    observation = observe_rayjob(
+        job_plan.names.rayjob, kube.get("RayJob", namespace, job_plan.names.rayjob), job_spec.export.enabled
+    )
     if observation.wants_export:
         observation = _export(job, job_spec, job_plan)
     fields = dict(observation.fields)
-    if observation.phase == status.get("phase") and _same_conditions(status, observation) and \
-            all(status.get(k) == v for k, v in fields.items()):
+    if (
+        observation.phase == status.get("phase")
+        and _same_conditions(status, observation)
+        and all(status.get(k) == v for k, v in fields.items())
+    ):
         return
-    _write_status(namespace, name, status, job["metadata"].get("generation"), observation.phase,
-                  (observation.ready, *observation.extra_conditions), fields)
+    _write_status(
+        namespace,
+        name,
+        status,
+        job["metadata"].get("generation"),
+        observation.phase,
+        (observation.ready, *observation.extra_conditions),
+        fields,
+    )
     if observation.finished:
         metrics.observe_completion(job["metadata"].get("creationTimestamp"), observation.phase)
     if observation.phase != status.get("phase"):
-        kopf.event(job, type="Warning" if observation.phase == "Failed" else "Normal",
-                   reason=observation.ready.reason, message=observation.ready.message)
+        kopf.event(
+            job,
+            type="Warning" if observation.phase == "Failed" else "Normal",
+            reason=observation.ready.reason,
+            message=observation.ready.message,
+        )
 
 
 def _same_conditions(status: dict, observation: Observation) -> bool:
-    current = {c["type"]: (c.get("status"), c.get("reason"), c.get("message"))
-               for c in status.get("conditions") or []}
-    return all(current.get(u.type) == (u.status, u.reason, u.message)
-               for u in (observation.ready, *observation.extra_conditions))
+    current = {c["type"]: (c.get("status"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []}
+    return all(
+        current.get(u.type) == (u.status, u.reason, u.message)
+        for u in (observation.ready, *observation.extra_conditions)
+    )
 
 
 def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
@@ -223,8 +268,9 @@ def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
         if kube.create_if_absent(body):
             kopf.info(job, reason="Created", message=f"created converter Job {export_name}")
         existing = kube.get("Job", namespace, export_name)
-    finished = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-                   for c in ((existing or {}).get("status") or {}).get("conditions") or [])
+    finished = any(
+        c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+        for c in ((existing or {}).get("status") or {}).get("conditions") or []
+    )
     result = kube.job_termination_message(namespace, export_name) if finished else None
     return observe_export(export_name, existing, result)
-

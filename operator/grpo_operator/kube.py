@@ -55,22 +55,34 @@ class Kind:
 
 def _kinds() -> dict[str, Kind]:
     def custom_kind(group: str, version: str, plural: str) -> Kind:
-        return Kind(lambda ns, body: custom().create_namespaced_custom_object(group, version, ns, plural, body),
-                    lambda ns, name: custom().get_namespaced_custom_object(group, version, ns, plural, name))
+        return Kind(
+            lambda ns, body: custom().create_namespaced_custom_object(group, version, ns, plural, body),
+            lambda ns, name: custom().get_namespaced_custom_object(group, version, ns, plural, name),
+        )
 
     return {
-        "ConfigMap": Kind(lambda ns, b: core().create_namespaced_config_map(ns, b),
-                          lambda ns, n: core().read_namespaced_config_map(n, ns)),
-        "PersistentVolumeClaim": Kind(lambda ns, b: core().create_namespaced_persistent_volume_claim(ns, b),
-                                      lambda ns, n: core().read_namespaced_persistent_volume_claim(n, ns)),
-        "ServiceAccount": Kind(lambda ns, b: core().create_namespaced_service_account(ns, b),
-                               lambda ns, n: core().read_namespaced_service_account(n, ns)),
-        "Role": Kind(lambda ns, b: rbac().create_namespaced_role(ns, b),
-                     lambda ns, n: rbac().read_namespaced_role(n, ns)),
-        "RoleBinding": Kind(lambda ns, b: rbac().create_namespaced_role_binding(ns, b),
-                            lambda ns, n: rbac().read_namespaced_role_binding(n, ns)),
-        "Job": Kind(lambda ns, b: batch().create_namespaced_job(ns, b),
-                    lambda ns, n: batch().read_namespaced_job(n, ns)),
+        "ConfigMap": Kind(
+            lambda ns, b: core().create_namespaced_config_map(ns, b),
+            lambda ns, n: core().read_namespaced_config_map(n, ns),
+        ),
+        "PersistentVolumeClaim": Kind(
+            lambda ns, b: core().create_namespaced_persistent_volume_claim(ns, b),
+            lambda ns, n: core().read_namespaced_persistent_volume_claim(n, ns),
+        ),
+        "ServiceAccount": Kind(
+            lambda ns, b: core().create_namespaced_service_account(ns, b),
+            lambda ns, n: core().read_namespaced_service_account(n, ns),
+        ),
+        "Role": Kind(
+            lambda ns, b: rbac().create_namespaced_role(ns, b), lambda ns, n: rbac().read_namespaced_role(n, ns)
+        ),
+        "RoleBinding": Kind(
+            lambda ns, b: rbac().create_namespaced_role_binding(ns, b),
+            lambda ns, n: rbac().read_namespaced_role_binding(n, ns),
+        ),
+        "Job": Kind(
+            lambda ns, b: batch().create_namespaced_job(ns, b), lambda ns, n: batch().read_namespaced_job(n, ns)
+        ),
         "RayJob": custom_kind(RAY_GROUP, RAY_VERSION, "rayjobs"),
     }
 
@@ -118,8 +130,9 @@ def patch_grpojob_status(namespace: str, name: str, status: dict) -> None:
 
 
 def patch_rayjob_suspend(namespace: str, name: str, suspend: bool) -> None:
-    custom().patch_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, "rayjobs", name,
-                                           {"spec": {"suspend": suspend}})
+    custom().patch_namespaced_custom_object(
+        RAY_GROUP, RAY_VERSION, namespace, "rayjobs", name, {"spec": {"suspend": suspend}}
+    )
 
 
 def configmap_keys(namespace: str, name: str) -> set[str] | None:

@@ -10,14 +10,21 @@ from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 from grpo_operator import __version__
 
 RECONCILE_TOTAL = Counter("grpo_operator_reconcile_total", "GRPOJob reconciliations by result.", ["result"])
-RECONCILE_DURATION = Histogram("grpo_operator_reconcile_duration_seconds", "Time spent in one reconciliation.",
-                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+RECONCILE_DURATION = Histogram(
+    "grpo_operator_reconcile_duration_seconds",
+    "Time spent in one reconciliation.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 JOBS = Gauge("grpo_operator_jobs", "GRPOJobs by phase.", ["phase"])
-JOB_DURATION = Histogram("grpo_operator_job_duration_seconds",
-                         "Time from a GRPOJob's creation to Succeeded or Failed.", ["phase"],
-                         buckets=(60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800))
-CHILD_CREATE_ERRORS = Counter("grpo_operator_child_create_errors_total",
-                              "Errors creating a GRPOJob's children (other than AlreadyExists).")
+JOB_DURATION = Histogram(
+    "grpo_operator_job_duration_seconds",
+    "Time from a GRPOJob's creation to Succeeded or Failed.",
+    ["phase"],
+    buckets=(60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800),
+)
+CHILD_CREATE_ERRORS = Counter(
+    "grpo_operator_child_create_errors_total", "Errors creating a GRPOJob's children (other than AlreadyExists)."
+)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from grpo_operator.api import GRPOJobSpec, RoleSpec, Toleration
 
 Role = Literal["actor", "rollout", "reward"]
@@ -355,6 +357,20 @@ def verl_overrides(spec: GRPOJobSpec) -> dict[str, Any]:
                 f"the operator sets {owner} from {OWNED_VERL_KEYS[owner]}; remove it from spec.verl",
             )
     return flat
+
+
+def parse_spec(raw: Mapping[str, Any]) -> GRPOJobSpec:
+    """A GRPOJob's ``spec`` (camelCase, as the apiserver returns it) as the pydantic model.
+
+    The CRD schema normally guarantees this succeeds; when it does not (an older CRD, a spec
+    written around the apiserver), the first problem becomes a ``PlanError`` naming the field.
+    """
+    try:
+        return GRPOJobSpec.model_validate(dict(raw))
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "spec"
+        raise PlanError(field, f"{first['msg']} ({len(e.errors())} problem(s) in total)") from e
 
 
 def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | None = None) -> Plan:

@@ -26,8 +26,9 @@ class OperatorSettings:
                 namespaces=namespaces,
                 metrics_host=env.get(prefix + "METRICS_HOST", cls.metrics_host),
                 metrics_port=int(env.get(prefix + "METRICS_PORT", cls.metrics_port)),
-                dependency_retry_seconds=float(env.get(prefix + "DEPENDENCY_RETRY_SECONDS",
-                                                       cls.dependency_retry_seconds)),
+                dependency_retry_seconds=float(
+                    env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
+                ),
             )
         except ValueError as exc:
             raise SystemExit(f"grpo-operator: bad setting in {prefix}* environment: {exc}") from exc

@@ -42,8 +42,9 @@ def _ray_message(rayjob_status: dict) -> str:
 def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Observation:
     """Phase and Ready condition from a RayJob; `wants_export` once it completed and export is on."""
     if rayjob is None:
-        return Observation("Pending", ConditionUpdate("Ready", "False", "RayJobMissing",
-                                                      f"RayJob {name} does not exist yet"))
+        return Observation(
+            "Pending", ConditionUpdate("Ready", "False", "RayJobMissing", f"RayJob {name} does not exist yet")
+        )
     status = rayjob.get("status") or {}
     deployment = status.get("jobDeploymentStatus", "")
     # KubeRay counts failed attempts; with backoffLimit each one is a restart that resumes.
@@ -54,63 +55,107 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Obse
         fields["startTime"] = status["startTime"]
     if deployment in _PENDING:
         cluster_state = (status.get("rayClusterStatus") or {}).get("state", "")
-        detail = f" (RayCluster {status.get('rayClusterName')} is {cluster_state or 'being created'})" \
-            if status.get("rayClusterName") else ""
-        return Observation("Pending", ConditionUpdate("Ready", "False", "RayJobInitializing",
-                                                      f"RayJob {name} is starting its Ray cluster{detail}"),
-                           fields=fields)
+        detail = (
+            f" (RayCluster {status.get('rayClusterName')} is {cluster_state or 'being created'})"
+            if status.get("rayClusterName")
+            else ""
+        )
+        return Observation(
+            "Pending",
+            ConditionUpdate(
+                "Ready", "False", "RayJobInitializing", f"RayJob {name} is starting its Ray cluster{detail}"
+            ),
+            fields=fields,
+        )
     if deployment in _SUSPENDED:
-        return Observation("Suspended", ConditionUpdate("Ready", "False", "RayJobSuspended",
-                                                        f"RayJob {name} is {deployment.lower()}"), fields=fields)
+        return Observation(
+            "Suspended",
+            ConditionUpdate("Ready", "False", "RayJobSuspended", f"RayJob {name} is {deployment.lower()}"),
+            fields=fields,
+        )
     if deployment in ("Running", "Retrying"):
         retry = " (retrying after a failure; resumes from the latest checkpoint)" if deployment == "Retrying" else ""
-        return Observation("Running", ConditionUpdate("Ready", "True", "RayJobRunning",
-                                                      f"RayJob {name} is Running{retry}"), fields=fields)
+        return Observation(
+            "Running",
+            ConditionUpdate("Ready", "True", "RayJobRunning", f"RayJob {name} is Running{retry}"),
+            fields=fields,
+        )
     if deployment == "Complete":
         if export_enabled:
-            return Observation("Exporting", ConditionUpdate("Ready", "True", "Exporting",
-                                                            f"RayJob {name} completed; exporting the model"),
-                               fields=fields, wants_export=True)
-        return Observation("Succeeded", ConditionUpdate("Ready", "False", "Succeeded",
-                                                        f"RayJob {name} completed"),
-                           fields={**fields, "completionTime": _end_time(status)}, finished=True)
+            return Observation(
+                "Exporting",
+                ConditionUpdate("Ready", "True", "Exporting", f"RayJob {name} completed; exporting the model"),
+                fields=fields,
+                wants_export=True,
+            )
+        return Observation(
+            "Succeeded",
+            ConditionUpdate("Ready", "False", "Succeeded", f"RayJob {name} completed"),
+            fields={**fields, "completionTime": _end_time(status)},
+            finished=True,
+        )
     if deployment in ("Failed", "ValidationFailed"):
         reason = status.get("reason") or ("ValidationFailed" if deployment == "ValidationFailed" else "RayJobFailed")
         message = _ray_message(status) or f"RayJob {name} failed"
-        return Observation("Failed", ConditionUpdate("Ready", "False", reason, f"RayJob {name} failed: {message}"),
-                           fields={**fields, "completionTime": _end_time(status)}, finished=True)
-    return Observation("Pending", ConditionUpdate("Ready", "Unknown", "UnknownRayJobState",
-                                                  f"RayJob {name} reports {deployment!r}"), fields=fields)
+        return Observation(
+            "Failed",
+            ConditionUpdate("Ready", "False", reason, f"RayJob {name} failed: {message}"),
+            fields={**fields, "completionTime": _end_time(status)},
+            finished=True,
+        )
+    return Observation(
+        "Pending",
+        ConditionUpdate("Ready", "Unknown", "UnknownRayJobState", f"RayJob {name} reports {deployment!r}"),
+        fields=fields,
+    )
 
 
 def observe_export(name: str, job: dict | None, result: dict | None) -> Observation:
     """Phase from the converter Job; `result` is the converter's JSON termination message, if any."""
     if job is None:
-        return Observation("Exporting", ConditionUpdate("Ready", "True", "Exporting",
-                                                        f"creating converter Job {name}"),
-                           fields={"exportJobName": name}, wants_export=True)
+        return Observation(
+            "Exporting",
+            ConditionUpdate("Ready", "True", "Exporting", f"creating converter Job {name}"),
+            fields={"exportJobName": name},
+            wants_export=True,
+        )
     conditions = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
     fields: dict[str, Any] = {"exportJobName": name}
     if conditions.get("Complete", {}).get("status") == "True":
         if result:
-            fields["export"] = {k: v for k, v in {"path": result.get("path"), "step": result.get("step"),
-                                                  "sizeBytes": result.get("sizeBytes")}.items() if v is not None}
+            fields["export"] = {
+                k: v
+                for k, v in {
+                    "path": result.get("path"),
+                    "step": result.get("step"),
+                    "sizeBytes": result.get("sizeBytes"),
+                }.items()
+                if v is not None
+            }
         fields["completionTime"] = conditions["Complete"].get("lastTransitionTime") or now()
         where = f" to {result['path']}" if result and result.get("path") else ""
-        return Observation("Succeeded", ConditionUpdate("Ready", "False", "Succeeded",
-                                                        f"training and export finished; model written{where}"),
-                           extra_conditions=(ConditionUpdate("Exported", "True", "ConverterSucceeded",
-                                                             f"converter Job {name} succeeded{where}"),),
-                           fields=fields, finished=True)
+        return Observation(
+            "Succeeded",
+            ConditionUpdate("Ready", "False", "Succeeded", f"training and export finished; model written{where}"),
+            extra_conditions=(
+                ConditionUpdate("Exported", "True", "ConverterSucceeded", f"converter Job {name} succeeded{where}"),
+            ),
+            fields=fields,
+            finished=True,
+        )
     if conditions.get("Failed", {}).get("status") == "True":
         message = (result or {}).get("error") or conditions["Failed"].get("message") or "converter failed"
         fields["completionTime"] = conditions["Failed"].get("lastTransitionTime") or now()
-        return Observation("Failed", ConditionUpdate("Ready", "False", "ExportFailed",
-                                                     f"converter Job {name} failed: {message}"),
-                           extra_conditions=(ConditionUpdate("Exported", "False", "ConverterFailed", message),),
-                           fields=fields, finished=True)
-    return Observation("Exporting", ConditionUpdate("Ready", "True", "Exporting",
-                                                    f"converter Job {name} is running"), fields=fields)
+        return Observation(
+            "Failed",
+            ConditionUpdate("Ready", "False", "ExportFailed", f"converter Job {name} failed: {message}"),
+            extra_conditions=(ConditionUpdate("Exported", "False", "ConverterFailed", message),),
+            fields=fields,
+            finished=True,
+        )
+    return Observation(
+        "Exporting", ConditionUpdate("Ready", "True", "Exporting", f"converter Job {name} is running"), fields=fields
+    )
 
 
 def _end_time(status: dict) -> str:
@@ -121,8 +166,9 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def merge_conditions(existing: list[dict], updates: tuple[ConditionUpdate, ...], generation: int | None,
-                     at: str | None = None) -> list[dict]:
+def merge_conditions(
+    existing: list[dict], updates: tuple[ConditionUpdate, ...], generation: int | None, at: str | None = None
+) -> list[dict]:
     """Kubernetes semantics: lastTransitionTime changes only when a condition's status changes."""
     at = at or now()
     merged = {c["type"]: dict(c) for c in existing}
@@ -130,7 +176,10 @@ def merge_conditions(existing: list[dict], updates: tuple[ConditionUpdate, ...],
         previous = merged.get(update.type)
         changed = previous is None or previous.get("status") != update.status
         merged[update.type] = {
-            "type": update.type, "status": update.status, "reason": update.reason, "message": update.message,
+            "type": update.type,
+            "status": update.status,
+            "reason": update.reason,
+            "message": update.message,
             "lastTransitionTime": at if changed else previous.get("lastTransitionTime", at),
             **({"observedGeneration": generation} if generation is not None else {}),
         }

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from conftest import IMAGE, NAMESPACE, plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import Plan, PlanError, parse_quantity, plan
+from grpo_operator.plan import Plan, PlanError, parse_quantity, parse_spec, plan
 
 
 def test_reference_layout_is_actor4_rollout2_reward2_on_one_node(reference: tuple[GRPOJobSpec, Plan]) -> None:
@@ -183,3 +183,13 @@ def test_names_and_claims(colocated: tuple[GRPOJobSpec, Plan], colocated_body: d
 )
 def test_parse_quantity(text: str | int, value: Decimal) -> None:
     assert parse_quantity(text) == value
+
+
+def test_parse_spec_turns_schema_violations_into_a_plan_error(colocated_body: dict[str, Any]) -> None:
+    raw = dict(colocated_body["spec"])
+    assert parse_spec(raw).model.claim_name == "models"
+    raw["rollout"] = {"tensorParallelSize": 0}
+    with pytest.raises(PlanError) as err:
+        parse_spec(raw)
+    assert err.value.field == "rollout.tensorParallelSize"
+    assert "greater than or equal to 1" in err.value.message
