@@ -4,6 +4,10 @@ One file per child with its test beside it in tests/unit/operator/. Builders set
 owner references: the handlers adopt what they create (kopf.adopt) and decide what to own.
 """
 
+from typing import Any
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan
 from grpo_operator.render.configmap import render_configmap
 from grpo_operator.render.export_job import render_export_job
 from grpo_operator.render.pvc import render_checkpoint_pvc
@@ -13,6 +17,7 @@ from grpo_operator.render.verl_config import render_verl_config, verl_config
 
 __all__ = [
     "render_checkpoint_pvc",
+    "render_children",
     "render_configmap",
     "render_export_job",
     "render_rayjob",
@@ -20,3 +25,19 @@ __all__ = [
     "render_verl_config",
     "verl_config",
 ]
+
+
+def render_children(spec: GRPOJobSpec, plan: Plan) -> list[dict[str, Any]]:
+    """Every child of a starting GRPOJob, in the order to create them.
+
+    The RayJob comes last: its pods need the ServiceAccount (the apiserver refuses pods naming a
+    missing one, and KubeRay only retries with backoff), the ConfigMap and the checkpoint PVC.
+    The export Job is not here: it is created after training succeeds.
+    """
+    pvc = render_checkpoint_pvc(spec, plan)
+    return [
+        *render_trainer_rbac(spec, plan),
+        render_configmap(spec, plan),
+        *([pvc] if pvc is not None else []),
+        render_rayjob(spec, plan),
+    ]

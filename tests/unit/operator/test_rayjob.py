@@ -7,7 +7,7 @@ from typing import Any
 from conftest import plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render import render_rayjob
+from grpo_operator.render import render_children, render_rayjob
 
 
 def _groups(rayjob: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -157,3 +157,11 @@ def test_colocated_rayjob_has_only_the_actor_group(colocated: tuple[GRPOJobSpec,
     groups = _groups(render_rayjob(*colocated))
     assert list(groups) == ["actor"]
     assert groups["actor"]["resources"] == {"grpo.dev/actor": "8"}
+
+
+def test_children_are_ordered_so_the_rayjob_finds_what_its_pods_need(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    kinds = [c["kind"] for c in render_children(*reference)]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "RayJob"]
+    for child in render_children(*reference):
+        assert child["metadata"]["namespace"] == "team-a"
+        assert child["metadata"]["labels"]["grpo.dev/job"] == "qwen2-7b-reference"
