@@ -92,7 +92,8 @@ def _worker(rank: int, spec: WriterSpec, port: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=spec.world_size)
     dtype = getattr(torch, spec.param_dtype)
-    config = Qwen2Config(**spec.config)
+    # A real base model's config names its architecture; verl's merger needs it to pick the model class.
+    config = Qwen2Config(**{"architectures": ["Qwen2ForCausalLM"], **spec.config})
     if spec.materialize == "full":
         torch.manual_seed(spec.seed)
         model = Qwen2ForCausalLM(config).to(dtype)
