@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import NAMESPACE
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_configmap, render_verl_config
+from grpojob_fixtures import NAMESPACE
 
 
 def test_configmap_holds_verl_yaml_and_is_immutable(colocated: tuple[GRPOJobSpec, Plan]) -> None:

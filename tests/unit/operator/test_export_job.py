@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_export_job
+from grpojob_fixtures import plan_of, spec_with
 
 
 def test_export_job_converts_the_step_into_the_target(reference: tuple[GRPOJobSpec, Plan]) -> None:

@@ -6,9 +6,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from conftest import IMAGE, NAMESPACE, plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError, parse_quantity, parse_spec, plan
+from grpojob_fixtures import IMAGE, NAMESPACE, plan_of, spec_with
 
 
 def test_reference_layout_is_actor4_rollout2_reward2_on_one_node(reference: tuple[GRPOJobSpec, Plan]) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_checkpoint_pvc
+from grpojob_fixtures import plan_of, spec_with
 
 
 def test_new_checkpoint_pvc_is_rwx_with_the_requested_size(reference: tuple[GRPOJobSpec, Plan]) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_children, render_rayjob
+from grpojob_fixtures import plan_of, spec_with
 
 
 def _groups(rayjob: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_trainer_rbac
+from grpojob_fixtures import plan_of, spec_with
 
 
 def test_trainer_may_only_get_and_patch_its_own_grpojob_status(colocated: tuple[GRPOJobSpec, Plan]) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import plan_of, spec_with
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_verl_config, verl_config
+from grpojob_fixtures import plan_of, spec_with
 
 
 def test_reference_keys_carry_the_reference_values(reference: tuple[GRPOJobSpec, Plan]) -> None:
