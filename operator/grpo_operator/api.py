@@ -678,6 +678,20 @@ class GRPOJobSpec(ApiModel):
                 "placement.gpusPerNode) must be a multiple of rollout.tensorParallelSize; change either",
             ),
             cel(
+                f"self.placement.mode != 'disaggregated' || self.reward.type != 'model' || "
+                f"{_has_role('reward', 'self.placement')}",
+                "placement.mode=disaggregated with reward.type=model needs placement.roles.reward: verl's "
+                "separate-async trainer cannot share the actor's GPUs with a reward model; add "
+                "placement.roles.reward or use placement.mode=colocated",
+            ),
+            cel(
+                "self.placement.mode != 'disaggregated' || !has(self.algorithm.miniBatchSize) || "
+                "self.data.trainBatchSize % self.algorithm.miniBatchSize == 0",
+                "placement.mode=disaggregated syncs weights to the rollout every "
+                "data.trainBatchSize / algorithm.miniBatchSize updates, so data.trainBatchSize must be a "
+                "multiple of algorithm.miniBatchSize; change either or remove algorithm.miniBatchSize",
+            ),
+            cel(
                 "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= self.data.trainBatchSize",
                 "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "
                 "defaults "

@@ -43,6 +43,7 @@ OWNED_VERL_KEYS: dict[str, str] = {
     "trainer.n_gpus_per_node": "placement.roles.actor.gpus",
     "trainer.nnodes": "placement.roles.actor.replicas",
     "trainer.default_local_dir": "the checkpoint volume mount (/checkpoints)",
+    "actor_rollout_ref.hybrid_engine": "placement.mode",
     "actor_rollout_ref.model.path": "model.path",
     "actor_rollout_ref.rollout.n_gpus_per_node": "placement.roles.rollout.gpus",
     "actor_rollout_ref.rollout.nnodes": "placement.roles.rollout.replicas",
@@ -294,6 +295,21 @@ def _check_roles(spec: GRPOJobSpec) -> None:
                 "placement.roles",
                 "placement.mode=disaggregated needs placement.roles.actor and placement.roles.rollout; add both or "
                 "use placement.mode=colocated",
+            )
+        if spec.reward.type == "model" and roles.reward is None:
+            raise PlanError(
+                "placement.roles.reward",
+                "placement.mode=disaggregated with reward.type=model needs placement.roles.reward: verl's "
+                "separate-async trainer cannot share the actor's GPUs with a reward model; add "
+                "placement.roles.reward or use placement.mode=colocated",
+            )
+        mini = spec.algorithm.mini_batch_size
+        if mini is not None and spec.data.train_batch_size % mini:
+            raise PlanError(
+                "algorithm.miniBatchSize",
+                f"placement.mode=disaggregated syncs weights every data.trainBatchSize / algorithm.miniBatchSize "
+                f"updates, and {spec.data.train_batch_size} is not a multiple of {mini}; change either or remove "
+                "algorithm.miniBatchSize",
             )
         if roles.rollout.gpus % tp:
             raise PlanError(

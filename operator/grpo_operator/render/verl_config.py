@@ -48,7 +48,7 @@ def _reward_keys(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     return {}  # length: the trainer fills in its own reward-manager keys
 
 
-def _placement_keys(plan: Plan) -> dict[str, Any]:
+def _placement_keys(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     actor = plan.actor
     keys: dict[str, Any] = {
         "trainer.n_gpus_per_node": actor.verl_n_gpus_per_node,
@@ -56,11 +56,24 @@ def _placement_keys(plan: Plan) -> dict[str, Any]:
     }
     rollout = plan.group("rollout")
     if rollout is not None:
+        mini = _mini_batch_size(spec)
+        # verl 0.9.1 runs a standalone rollout pool only in its v1 "separate_async" trainer: vLLM
+        # keeps generating on its own GPUs while the actor trains, and receives new weights over
+        # NCCL (the default "naive" checkpoint engine assumes shared GPUs) every
+        # parameter_sync_step mini-batch updates, i.e. once per training step here.
         keys |= {
+            "trainer.v1.trainer_mode": "separate_async",
+            "trainer.v1.separate_async.parameter_sync_step": spec.data.train_batch_size // mini,
+            "actor_rollout_ref.hybrid_engine": False,
             "actor_rollout_ref.rollout.n_gpus_per_node": rollout.verl_n_gpus_per_node,
             "actor_rollout_ref.rollout.nnodes": rollout.verl_nnodes,
+            "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
         }
     return keys
+
+
+def _mini_batch_size(spec: GRPOJobSpec) -> int:
+    return spec.algorithm.mini_batch_size or spec.data.train_batch_size
 
 
 def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
@@ -95,7 +108,7 @@ def verl_config(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         "algorithm.use_kl_in_reward": False,
         "actor_rollout_ref.model.path": plan.model_path,
         "actor_rollout_ref.actor.optim.lr": algo.learning_rate,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": algo.mini_batch_size or data.train_batch_size,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": _mini_batch_size(spec),
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.actor.use_kl_loss": algo.kl_loss.enabled,
         "actor_rollout_ref.actor.kl_loss_coef": algo.kl_loss.coef,
@@ -125,7 +138,7 @@ def verl_config(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         "trainer.resume_mode": spec.checkpoints.resume,
         "trainer.val_before_train": False,
         "trainer.test_freq": -1,
-        **_placement_keys(plan),
+        **_placement_keys(spec, plan),
         **_reward_keys(spec, plan),
     }
     overrides = verl_overrides(spec)

@@ -170,6 +170,8 @@ def test_crd_carries_a_rule_for_each_cross_field_constraint() -> None:
         "checkpoints.volume needs exactly one of claimName (an existing PVC) or size (a new PVC)",
         "export.enabled=true needs export.target",
         "metadata.name must be at most 47 characters",
+        "placement.mode=disaggregated with reward.type=model needs placement.roles.reward",
+        "data.trainBatchSize must be a multiple of algorithm.miniBatchSize",
     ]:
         assert fragment in messages, fragment
 

@@ -193,3 +193,16 @@ def test_parse_spec_turns_schema_violations_into_a_plan_error(colocated_body: di
         parse_spec(raw)
     assert err.value.field == "rollout.tensorParallelSize"
     assert "greater than or equal to 1" in err.value.message
+
+
+def test_disaggregated_model_reward_needs_its_own_pool(reference_body: dict[str, Any]) -> None:
+    with pytest.raises(PlanError) as err:
+        plan_of(spec_with(reference_body, lambda s: s["placement"]["roles"].pop("reward")))
+    assert err.value.field == "placement.roles.reward"
+    assert "separate-async" in err.value.message
+
+
+def test_disaggregated_batch_must_be_a_multiple_of_the_mini_batch(reference_body: dict[str, Any]) -> None:
+    with pytest.raises(PlanError) as err:
+        plan_of(spec_with(reference_body, lambda s: s.update(algorithm={"miniBatchSize": 100})))
+    assert err.value.field == "algorithm.miniBatchSize"

@@ -46,6 +46,11 @@ def test_reference_keys_carry_the_reference_values(reference: tuple[GRPOJobSpec,
         "trainer.nnodes": 1,
         "actor_rollout_ref.rollout.n_gpus_per_node": 2,
         "actor_rollout_ref.rollout.nnodes": 1,
+        # verl 0.9.1's standalone rollout pool is its v1 separate-async trainer.
+        "trainer.v1.trainer_mode": "separate_async",
+        "trainer.v1.separate_async.parameter_sync_step": 1,
+        "actor_rollout_ref.hybrid_engine": False,
+        "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
         "reward.reward_model.enable": True,
         "reward.reward_model.enable_resource_pool": True,
         "reward.reward_model.n_gpus_per_node": 2,
@@ -80,7 +85,10 @@ def test_colocated_pins_only_the_actor_and_uses_all_gpus(colocated: tuple[GRPOJo
     cfg = verl_config(*colocated)
     assert cfg["grpo"]["placement"] == {"mode": "colocated", "roleResources": {"actor": "grpo.dev/actor"}}
     assert (cfg["trainer.n_gpus_per_node"], cfg["trainer.nnodes"]) == (8, 1)
-    assert not any(k.startswith(("actor_rollout_ref.rollout.nnodes", "reward.")) for k in cfg)
+    assert not any(
+        k.startswith(("actor_rollout_ref.rollout.nnodes", "reward.", "trainer.v1.", "actor_rollout_ref.hybrid"))
+        for k in cfg
+    )
 
 
 def test_function_reward_points_verl_at_the_mounted_file(colocated_body: dict[str, Any]) -> None:
@@ -151,3 +159,10 @@ def test_every_rendered_verl_key_exists_in_verl_0_9_1(
     rendered = set(verl_config(*reference)) | set(verl_config(function, plan_of(function)))
     unknown = sorted(k for k in rendered - {"grpo"} if not _has_key(verl_tree, k))
     assert not unknown, f"not verl 0.9.1 keys: {unknown}"
+
+
+def test_disaggregated_syncs_weights_once_per_step(reference_body: dict[str, Any]) -> None:
+    spec = spec_with(reference_body, lambda s: s.update(algorithm={"miniBatchSize": 64}))
+    cfg = verl_config(spec, plan_of(spec))
+    assert cfg["actor_rollout_ref.actor.ppo_mini_batch_size"] == 64
+    assert cfg["trainer.v1.separate_async.parameter_sync_step"] == 256 // 64
