@@ -34,8 +34,6 @@ DEFAULT_EXTRA_MEMORY_GI = 8
 HEAD_CPU = "8"
 HEAD_MEMORY = "32Gi"
 METRICS_PORT = 9400
-# KubeRay's RayCluster accepts at most this many worker groups in practice (design decision).
-MAX_WORKER_GROUPS = 7
 
 # verl keys the operator derives from the spec and the pods it creates; an override in spec.verl
 # would make verl disagree with the cluster (or the mounts), so it is refused.
@@ -209,10 +207,6 @@ def parse_quantity(value: int | str) -> Decimal:
     return Decimal(text)  # plain number or exponent form (1e3)
 
 
-def _quantity_text(value: int | str) -> str:
-    return str(value)
-
-
 # --------------------------------------------------------------------------- roles
 
 
@@ -236,17 +230,20 @@ def _pod_shape(field: str, role: RoleSpec) -> PodShape:
                 f"{cpu} CPUs cannot feed {role.gpus} GPUs: verl asks Ray for {CPUS_PER_GPU} CPUs with every GPU; "
                 f"set it to at least {min_cpu} or remove it (default {min_cpu + DEFAULT_EXTRA_CPUS})",
             )
-        cpu_text = _quantity_text(cpu)
+        cpu_text = str(cpu)
     memory = role.resources.memory
     if memory is None:
         memory_text = f"{DEFAULT_MEMORY_GI_PER_GPU * role.gpus + DEFAULT_EXTRA_MEMORY_GI}Gi"
     else:
         try:
-            if parse_quantity(memory) <= 0:
-                raise ValueError("not positive")
-        except (InvalidOperation, ValueError) as e:
-            raise PlanError(f"{field}.resources.memory", f"{memory!r} is not a positive memory quantity") from e
-        memory_text = _quantity_text(memory)
+            amount = parse_quantity(memory)
+        except (InvalidOperation, ValueError):
+            amount = Decimal(0)
+        if amount <= 0:
+            raise PlanError(
+                f"{field}.resources.memory", f"{memory!r} is not a positive memory quantity; write e.g. 256Gi"
+            )
+        memory_text = str(memory)
     return PodShape(
         cpu=cpu_text,
         memory=memory_text,
@@ -264,8 +261,8 @@ def _worker_group(role: Role, spec: RoleSpec) -> WorkerGroup:
 def _head_shape(spec: GRPOJobSpec) -> PodShape:
     head = spec.placement.head
     return PodShape(
-        cpu=_quantity_text(head.resources.cpu) if head.resources.cpu is not None else HEAD_CPU,
-        memory=_quantity_text(head.resources.memory) if head.resources.memory is not None else HEAD_MEMORY,
+        cpu=str(head.resources.cpu) if head.resources.cpu is not None else HEAD_CPU,
+        memory=str(head.resources.memory) if head.resources.memory is not None else HEAD_MEMORY,
         node_selector=dict(head.node_selector),
         tolerations=_tolerations(head.tolerations),
     )
@@ -396,8 +393,6 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     """
     _check_roles(spec)
     groups = _groups(spec)
-    if len(groups) > MAX_WORKER_GROUPS:  # pragma: no cover - three roles at most today
-        raise PlanError("placement.roles", f"at most {MAX_WORKER_GROUPS} worker groups")
     verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render
 
     image = spec.image or default_image

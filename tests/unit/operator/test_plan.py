@@ -206,3 +206,10 @@ def test_disaggregated_batch_must_be_a_multiple_of_the_mini_batch(reference_body
     with pytest.raises(PlanError) as err:
         plan_of(spec_with(reference_body, lambda s: s.update(algorithm={"miniBatchSize": 100})))
     assert err.value.field == "algorithm.miniBatchSize"
+
+
+def test_zero_memory_is_refused(reference_body: dict[str, Any]) -> None:
+    spec = spec_with(reference_body, lambda s: s["placement"]["roles"]["reward"].update(resources={"memory": "0"}))
+    with pytest.raises(PlanError) as err:
+        plan_of(spec)
+    assert err.value.field == "placement.roles.reward.resources.memory"
