@@ -22,13 +22,8 @@ def verl_defaults() -> DictConfig:
 def _write_model_config(model_dir: Path, max_position_embeddings: int) -> Path:
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["Qwen2ForCausalLM"],
-                "model_type": "qwen2",
-                "max_position_embeddings": max_position_embeddings,
-            }
-        )
+        # no model_type: transformers 5 would pick that model's tokenizer class over tokenizer.json
+        json.dumps({"max_position_embeddings": max_position_embeddings})
     )
     return model_dir
 
@@ -48,3 +43,30 @@ def reference_yaml(tmp_path: Path) -> Path:
 def model_dir(tmp_path: Path) -> Path:
     """A model directory with only a config.json (limit 4096 tokens): enough for config building."""
     return _write_model_config(tmp_path / "model", 4096)
+
+
+# The chat template renders each message as "<|im_start|> ROLE CONTENT <|im_end|>" and the generation
+# prompt as "<|im_start|> assistant"; the tokenizer splits on whitespace only. So a user prompt of n
+# words is n + 5 tokens, which the data-prep tests rely on.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|> assistant{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model directory with a real (tiny, locally built) fast tokenizer, chat template and config.json."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<|im_start|>", "<|im_end|>", "user", "assistant", "system", "w", "Say", "OK."]
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<|im_end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    out = tmp_path_factory.mktemp("tiny-model")
+    fast.save_pretrained(out)
+    _write_model_config(out, 4096)
+    return out

@@ -47,7 +47,14 @@ def ray_cluster() -> Iterator[Any]:
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "include_dashboard": False, "resources": {"head": 1}},
+        head_node_args={
+            "num_cpus": 2,
+            "include_dashboard": False,
+            "resources": {"head": 1},
+            # CI machines are small and shared: a raylet starved for a few seconds must not be
+            # declared dead (which drops its node and leaves a pool unplaceable)
+            "_system_config": {"health_check_failure_threshold": 60, "health_check_timeout_ms": 10000},
+        },
     )
     for role, gpus in NODES.items():
         cluster.add_node(num_cpus=3 * gpus, num_gpus=gpus, resources={ROLE_RESOURCES[role]: gpus})

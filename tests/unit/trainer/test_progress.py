@@ -1,0 +1,135 @@
+"""Progress out of verl: the `grpo` tracking backend serves grpo_trainer_* metrics and builds the
+GRPOJob status patch."""
+
+from __future__ import annotations
+
+import urllib.request
+from datetime import UTC, datetime
+
+import pytest
+import torch
+from grpo_trainer.progress import tracking
+from grpo_trainer.progress.prometheus import TrainerMetrics
+from grpo_trainer.progress.score_std import SCORE_STD_KEY, with_score_std
+from grpo_trainer.progress.status import StatusReporter, build_progress_patch
+from grpo_trainer.progress.step_metrics import StepMetrics, extract
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def _verl_step(step: int) -> dict[str, float]:
+    """The keys verl 0.9.1's trainer logs each step (plus ones we ignore)."""
+    return {
+        "training/global_step": step,
+        "critic/score/mean": 10.0 + step,
+        "critic/score/std": 0.5 * step,
+        "critic/score/min": 1.0,
+        "critic/score/max": 20.0 + step,
+        "actor/kl_loss": 0.001 * step,
+        "actor/entropy": 2.0 - 0.1 * step,
+        "response_length/mean": 100.0 + step,
+        "perf/throughput": 1100.0,
+        "timing_s/step": 5.2,
+        "actor/pg_loss": -0.3,
+    }
+
+
+def _scrape(port: int) -> dict[str, float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {s.name: s.value for fam in text_string_to_metric_families(body) for s in fam.samples}
+
+
+def test_metrics_endpoint_shows_the_values_of_the_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from verl.utils.tracking import Tracking
+
+    env = tracking.ProgressEnv(
+        metrics_enabled=True, metrics_port=0, metrics_address="127.0.0.1", job_namespace=None, job_name=None
+    )
+    monkeypatch.setattr(tracking, "_process_backend", {})
+    tracking.install(env)
+    config = {"actor_rollout_ref": {"actor": {"optim": {"total_training_steps": 30}}}, "trainer": {}}
+    # verl's own Tracking with our backend named in trainer.logger, as verl's trainer creates it
+    t = Tracking("p", "e", default_backend=["console", "grpo"], config=config)
+    backend = t.logger["grpo"]
+    try:
+        for step in (1, 2, 3):
+            t.log(_verl_step(step), step=step)
+        port = backend.metrics._server.server_address[1]
+        m = _scrape(port)
+        assert m["grpo_trainer_step"] == 3
+        assert m["grpo_trainer_total_steps"] == 30
+        assert m["grpo_trainer_steps_total"] == 3
+        assert m["grpo_trainer_reward_mean"] == 13.0
+        assert m["grpo_trainer_reward_std"] == 1.5
+        assert m["grpo_trainer_reward_min"] == 1.0
+        assert m["grpo_trainer_reward_max"] == 23.0
+        assert m["grpo_trainer_kl_loss"] == pytest.approx(0.003)
+        assert m["grpo_trainer_entropy"] == pytest.approx(1.7)
+        assert m["grpo_trainer_response_length_mean"] == 103.0
+        assert m["grpo_trainer_throughput"] == 1100.0
+        assert m["grpo_trainer_step_time_seconds"] == 5.2
+    finally:
+        backend.metrics.close()
+
+
+def test_missing_or_non_finite_metrics_are_left_out() -> None:
+    m = extract({"critic/score/mean": float("nan"), "actor/entropy": torch.tensor(1.25)}, step=4)
+    assert m == StepMetrics(step=4, entropy=1.25)
+
+
+def test_status_patch_carries_step_and_key_metrics() -> None:
+    m = extract(_verl_step(7), step=7)
+    patch = build_progress_patch(m, 30, datetime(2026, 12, 2, 13, 0, 5, tzinfo=UTC))
+    assert patch == {
+        "status": {
+            "progress": {
+                "step": 7,
+                "totalSteps": 30,
+                "updatedAt": "2026-12-02T13:00:05Z",
+                "rewardMean": 17.0,
+                "klDivergence": 0.007,
+                "entropy": 1.3,
+                "responseLengthMean": 107.0,
+            }
+        }
+    }
+    partial = build_progress_patch(StepMetrics(step=1), None, datetime(2026, 1, 1, tzinfo=UTC))
+    assert partial == {"status": {"progress": {"step": 1, "updatedAt": "2026-01-01T00:00:00Z"}}}
+
+
+class _RecordingApi:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple] = []
+        self.fail = fail
+
+    def patch_namespaced_custom_object_status(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        if self.fail:
+            raise RuntimeError("403 Forbidden")
+
+
+def test_status_reporter_patches_its_job_and_survives_api_errors(caplog: pytest.LogCaptureFixture) -> None:
+    api = _RecordingApi()
+    assert StatusReporter("team-a", "job1", api=api).report(StepMetrics(step=2, reward_mean=1.0), 10)
+    ((args, kwargs),) = api.calls
+    assert args[:5] == ("grpo.dev", "v1alpha1", "team-a", "grpojobs", "job1")
+    assert args[5]["status"]["progress"]["step"] == 2
+    assert kwargs["_content_type"] == "application/merge-patch+json"
+    failing = StatusReporter("team-a", "job1", api=_RecordingApi(fail=True))
+    assert failing.report(StepMetrics(step=3), 10) is False
+    assert "403 Forbidden" in caplog.text
+
+
+def test_score_std_is_added_to_verl_data_metrics() -> None:
+    class Batch:
+        batch = {"token_level_scores": torch.tensor([[0.0, 1.0], [0.0, 3.0]])}
+
+    wrapped = with_score_std(lambda batch, use_critic: {"critic/score/mean": 2.0})
+    assert wrapped(Batch(), use_critic=False) == {"critic/score/mean": 2.0, SCORE_STD_KEY: 1.0}
+
+
+def test_trainer_metrics_ignore_absent_values() -> None:
+    metrics = TrainerMetrics()
+    metrics.observe(StepMetrics(step=1, reward_mean=5.0))
+    metrics.observe(StepMetrics(step=2))
+    assert metrics.registry.get_sample_value("grpo_trainer_reward_mean") == 5.0
+    assert metrics.registry.get_sample_value("grpo_trainer_step") == 2
