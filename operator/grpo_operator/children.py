@@ -6,12 +6,7 @@ from dataclasses import dataclass
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render import (
-    render_checkpoint_pvc,
-    render_configmap,
-    render_rayjob,
-    render_trainer_rbac,
-)
+from grpo_operator.render import render_children
 
 
 @dataclass(frozen=True)
@@ -30,14 +25,10 @@ class Child:
 
 
 def training_children(spec: GRPOJobSpec, plan: Plan) -> list[Child]:
-    """Everything training needs, RayJob last: it only starts once what it mounts exists."""
-    children = [Child(obj) for obj in render_trainer_rbac(spec, plan)]
-    children.append(Child(render_configmap(spec, plan)))
-    pvc = render_checkpoint_pvc(spec, plan)
-    if pvc is not None:
-        children.append(Child(pvc, owned=spec.checkpoints.delete_policy == "Delete"))
-    children.append(Child(render_rayjob(spec, plan)))
-    return children
+    """Everything training needs, in creation order, each marked owned or not."""
+    keep_pvc = spec.checkpoints.delete_policy != "Delete"
+    return [Child(obj, owned=not (obj["kind"] == "PersistentVolumeClaim" and keep_pvc))
+            for obj in render_children(spec, plan)]
 
 
 def missing_dependencies(

@@ -42,6 +42,17 @@ def trainer_volumes(spec: GRPOJobSpec, plan: Plan) -> Volumes:
     return vols.shm()
 
 
+# A head container that lists any port gets only the ports it lists: KubeRay then finds no
+# dashboard port and the RayJob never submits. So Ray's own ports are declared with ours.
+HEAD_PORTS: list[dict[str, Any]] = [
+    {"name": "gcs-server", "containerPort": 6379, "protocol": "TCP"},
+    {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
+    {"name": "client", "containerPort": 10001, "protocol": "TCP"},
+    {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
+    {"name": "grpo-metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+]
+
+
 def _resources(pod: PodShape, gpus: int) -> dict[str, Any]:
     # requests == limits: Guaranteed QoS, so a training pod is the last to be evicted.
     amounts: dict[str, str] = {"cpu": pod.cpu, "memory": pod.memory}
@@ -98,7 +109,7 @@ def _head_group(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
             container_name="ray-head",
             pod=plan.head,
             gpus=0,
-            ports=[{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+            ports=HEAD_PORTS,
         ),
     }
 
