@@ -615,6 +615,18 @@ class LocalObjectReference(ApiModel):
     name: Name = Field(description="Name of the object.")
 
 
+class PodMetadata(ApiModel):
+    """Extra labels and annotations for every pod the job creates (Ray head, workers, converter)."""
+
+    labels: LabelMap = Field(
+        default_factory=dict,
+        description="Labels added to every pod; the operator's own labels (grpo.dev/*, app.kubernetes.io/*) win.",
+    )
+    annotations: LabelMap = Field(
+        default_factory=dict, description="Annotations added to every pod, e.g. for sidecar injection or cost tags."
+    )
+
+
 class EnvVar(ApiModel):
     """An environment variable for every trainer container."""
 
@@ -639,7 +651,7 @@ class EnvVar(ApiModel):
     )
 
 
-_SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env")
+_SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata")
 
 
 def _frozen_spec_optional(field: str) -> dict[str, str]:
@@ -715,6 +727,9 @@ class GRPOJobSpec(ApiModel):
     )
     env: list[EnvVar] | None = Field(
         default=None, max_length=64, description="Extra environment variables for every trainer container."
+    )
+    pod_metadata: PodMetadata | None = Field(
+        default=None, description="Extra labels and annotations for every pod of the job."
     )
     model: ModelSource = Field(
         description="The policy model to train (verl actor_rollout_ref.model.path).",

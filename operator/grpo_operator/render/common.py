@@ -76,3 +76,12 @@ class Volumes:
         self._by_source[source] = name
         self.volumes.append({"name": name, **body})
         return name
+
+
+def pod_metadata(spec: GRPOJobSpec, plan: Plan, component: str, **extra_labels: str) -> dict[str, Any]:
+    """A pod template's metadata: the user's podMetadata, with our labels taking precedence."""
+    user = spec.pod_metadata
+    meta: dict[str, Any] = {"labels": {**(user.labels if user else {}), **labels(plan, component, **extra_labels)}}
+    if user and user.annotations:
+        meta["annotations"] = dict(user.annotations)
+    return meta

@@ -6,7 +6,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render.common import Volumes, image_pull_secrets, labels, metadata
+from grpo_operator.render.common import Volumes, image_pull_secrets, metadata, pod_metadata
 
 # The converter's --dtype spellings for the API's.
 CONVERTER_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "keep": "keep"}
@@ -85,6 +85,6 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
             # One retry covers a node lost mid-copy; the converter is idempotent (identical target is
             # accepted) and a deterministic refusal fails the same way twice, cheaply.
             "backoffLimit": 1,
-            "template": {"metadata": {"labels": labels(plan, "export")}, "spec": pod_spec},
+            "template": {"metadata": pod_metadata(spec, plan, "export"), "spec": pod_spec},
         },
     }

@@ -16,8 +16,8 @@ from grpo_operator.render.common import (
     ROLE_LABEL,
     Volumes,
     image_pull_secrets,
-    labels,
     metadata,
+    pod_metadata,
     trainer_env,
 )
 
@@ -94,7 +94,7 @@ def _pod_template(
         pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = image_pull_secrets(spec)
-    return {"metadata": {"labels": labels(plan, "trainer", **{ROLE_LABEL: role})}, "spec": pod_spec}
+    return {"metadata": pod_metadata(spec, plan, "trainer", **{ROLE_LABEL: role}), "spec": pod_spec}
 
 
 def _head_group(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_operator.api import GRPOJobSpec
+from grpo_operator.api import GRPOJobSpec, PodMetadata
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_children, render_rayjob
 from grpojob_fixtures import plan_of, spec_with
@@ -68,7 +68,9 @@ def test_head_has_no_gpus_and_serves_metrics(reference: tuple[GRPOJobSpec, Plan]
     assert head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
     container = _container(head["template"])
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
-    assert {"name": "metrics", "containerPort": 9400, "protocol": "TCP"} in container["ports"]
+    assert {"name": "grpo-metrics", "containerPort": 9400, "protocol": "TCP"} in container["ports"]
+    # KubeRay takes the dashboard port from the head container; without it no job is submitted.
+    assert {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"} in container["ports"]
 
 
 def test_pods_mount_the_contract_paths(reference: tuple[GRPOJobSpec, Plan]) -> None:
@@ -165,3 +167,17 @@ def test_children_are_ordered_so_the_rayjob_finds_what_its_pods_need(reference: 
     for child in render_children(*reference):
         assert child["metadata"]["namespace"] == "team-a"
         assert child["metadata"]["labels"]["grpo.dev/job"] == "qwen2-7b-reference"
+
+
+def test_pod_metadata_reaches_every_pod_and_our_labels_win(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    spec, _ = reference
+    spec = spec.model_copy(update={"pod_metadata": PodMetadata(
+        labels={"team": "research", "grpo.dev/job": "spoofed"}, annotations={"sidecar.istio.io/inject": "false"})})
+    job_plan = plan_of(spec, "qwen2-7b-reference")
+    rayjob = render_rayjob(spec, job_plan)
+    templates = [rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"],
+                 *(g["template"] for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"])]
+    for template in templates:
+        assert template["metadata"]["labels"]["team"] == "research"
+        assert template["metadata"]["labels"]["grpo.dev/job"] == "qwen2-7b-reference"
+        assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
