@@ -171,7 +171,7 @@ def _pvc_provision_stage() -> dict:
         "spec": {
             "resourceRef": {"apiGroup": "v1", "kind": "PersistentVolumeClaim"},
             "selector": {"matchExpressions": [{"cel": {"expression": e}} for e in cel]},
-            "next": {"steps": [{"apply": {"template": _PV_FOR_CLAIM}}]},
+            "steps": [{"apply": {"template": _PV_FOR_CLAIM}}],
         },
     }
 

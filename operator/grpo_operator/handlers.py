@@ -273,4 +273,5 @@ def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
         for c in ((existing or {}).get("status") or {}).get("conditions") or []
     )
     result = kube.job_termination_message(namespace, export_name) if finished else None
-    return observe_export(export_name, existing, result)
+    target = job_spec.export.target
+    return observe_export(export_name, existing, result, target.path if target else None)

@@ -110,8 +110,11 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Obse
     )
 
 
-def observe_export(name: str, job: dict | None, result: dict | None) -> Observation:
-    """Phase from the converter Job; `result` is the converter's JSON termination message, if any."""
+def observe_export(name: str, job: dict | None, result: dict | None, target_path: str | None = None) -> Observation:
+    """Phase from the converter Job; `result` is the converter's JSON termination message, if any.
+
+    `target_path` (spec.export.target.path) stands in for the path when the converter left no message.
+    """
     if job is None:
         return Observation(
             "Exporting",
@@ -122,18 +125,13 @@ def observe_export(name: str, job: dict | None, result: dict | None) -> Observat
     conditions = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
     fields: dict[str, Any] = {"exportJobName": name}
     if conditions.get("Complete", {}).get("status") == "True":
-        if result:
-            fields["export"] = {
-                k: v
-                for k, v in {
-                    "path": result.get("path"),
-                    "step": result.get("step"),
-                    "sizeBytes": result.get("sizeBytes"),
-                }.items()
-                if v is not None
-            }
+        result = result or {}
+        summary = {"path": target_path or result.get("path"), "step": result.get("step"),
+                   "sizeBytes": result.get("sizeBytes")}
+        if summary["path"] is not None:
+            fields["export"] = {k: v for k, v in summary.items() if v is not None}
         fields["completionTime"] = conditions["Complete"].get("lastTransitionTime") or now()
-        where = f" to {result['path']}" if result and result.get("path") else ""
+        where = f" to {summary['path']}" if summary["path"] else ""
         return Observation(
             "Succeeded",
             ConditionUpdate("Ready", "False", "Succeeded", f"training and export finished; model written{where}"),

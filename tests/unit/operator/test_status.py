@@ -56,9 +56,9 @@ def _job(condition: str, message: str = "") -> dict:
 
 def test_converter_success_records_path_step_and_size() -> None:
     result = {"path": "/export/exports/m", "step": 500, "sizeBytes": 15_000_000_000}
-    done = observe_export("j-export", _job("Complete"), result)
+    done = observe_export("j-export", _job("Complete"), result, "exports/m")
     assert done.phase == "Succeeded"
-    assert done.fields["export"] == {"path": "/export/exports/m", "step": 500, "sizeBytes": 15_000_000_000}
+    assert done.fields["export"] == {"path": "exports/m", "step": 500, "sizeBytes": 15_000_000_000}
     assert any(c.type == "Exported" and c.status == "True" for c in done.extra_conditions)
 
 

@@ -1,0 +1,76 @@
+"""Run our operator out-of-cluster against the local control plane (demo and e2e tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import processes
+from .cluster import LocalCluster
+from .errors import DevClusterError
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "grpojob.yaml"
+
+
+def install_crd(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/grpojobs.grpo.dev", timeout=90)
+
+
+class OperatorProcess:
+    """`python -m grpo_operator --standalone` with the cluster's kubeconfig; metrics on loopback."""
+
+    def __init__(self, cluster: LocalCluster, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.cluster = cluster
+        self.log = log_dir / "grpo-operator.log"
+        self.metrics_port = processes.free_ports(1)[0]
+        self.liveness_port = processes.free_ports(1)[0]
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def start(self) -> OperatorProcess:
+        env = {**os.environ, **self.cluster.env(), "GRPO_OPERATOR_METRICS_HOST": "127.0.0.1",
+               "GRPO_OPERATOR_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1", **self.extra_env}
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "grpo_operator", "--standalone",
+                 f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        started = processes.Started("grpo-operator", self.proc.pid, self.log)
+        processes.wait_until("grpo-operator", lambda: processes.http_ok(
+            f"http://127.0.0.1:{self.liveness_port}/healthz"), started, 60)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed pod would die: no cleanup, no goodbye."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_alive(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise DevClusterError("grpo-operator", f"exited; see {self.log}:\n{processes.log_tail(self.log)}")
+            time.sleep(0.5)
