@@ -91,22 +91,32 @@ def task_runner_class(config: Any) -> PinnedTaskRunner:
     return PinnedTaskRunner(runner, {"resources": {HEAD_NODE_RESOURCE: 0.001}})
 
 
-def run(built: BuiltConfig) -> None:
-    """What verl's main_ppo.main does, on our config; our extensions are installed in the driver here
-    and in every Ray worker by the runtime_env's worker_process_setup_hook (grpo_trainer.worker_setup)."""
-    from verl.trainer.main_ppo import run_ppo
+def validate_with_verl(config: Any) -> None:
+    """What verl's main_ppo.main does before Ray: device selection and validate_config. Also done on
+    --dry-run, so a rendered config that verl would reject fails there, not on the cluster."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    auto_set_device(config)
+    try:
+        validate_config(
+            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+        )
+    except Exception as e:  # verl raises AssertionError, ValueError or hydra's InstantiationException
+        raise GrpoConfigError(f"verl 0.9.1 rejects the config: {e}") from e
+
+
+def run(built: BuiltConfig) -> None:
+    """verl's main_ppo on our config (validate_with_verl has run). Our extensions are installed here in
+    the driver and, through the runtime_env's worker_process_setup_hook, in every Ray worker."""
+    from verl.trainer.main_ppo import run_ppo
+
     from grpo_trainer.worker_setup import setup_worker
 
-    config = built.verl
     prepare_data(built)
-    setup_worker()  # the driver creates no pools itself, but the same code paths stay patched here too
-    auto_set_device(config)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    run_ppo(config, task_runner_class=task_runner_class(config))
+    setup_worker()  # the driver creates no pools itself, but keeps the same code patched here too
+    run_ppo(built.verl, task_runner_class=task_runner_class(built.verl))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         built = build_config(args.config_path, args.overrides, strict=not args.dry_run)
+        validate_with_verl(built.verl)
         if args.dry_run:
             sys.stdout.write(render_dry_run(built))
             return 0
