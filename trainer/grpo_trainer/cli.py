@@ -88,7 +88,8 @@ def task_runner_class(config: Any) -> PinnedTaskRunner:
         from verl.trainer.main_ppo import TaskRunnerV1 as runner
     else:
         from verl.trainer.main_ppo_v0 import TaskRunner as runner
-    return PinnedTaskRunner(runner, {"resources": {HEAD_NODE_RESOURCE: 0.001}})
+    # num_cpus=1 is Ray's scheduling default for actors, made explicit: the head group must offer it
+    return PinnedTaskRunner(runner, {"num_cpus": 1, "resources": {HEAD_NODE_RESOURCE: 0.001}})
 
 
 def validate_with_verl(config: Any) -> None:

@@ -344,6 +344,21 @@ def apply_data(cfg: DictConfig, settings: GrpoSettings) -> DataPlan | None:
     return plan
 
 
+def check_placement(cfg: DictConfig, settings: GrpoSettings) -> None:
+    """The operator's placement mode and verl's trainer mode must describe the same pools."""
+    mode = OmegaConf.select(cfg, "trainer.v1.trainer_mode")
+    if settings.placement.mode == "disaggregated" and mode != "separate_async":
+        raise GrpoConfigError(
+            "grpo.placement.mode=disaggregated needs trainer.v1.trainer_mode=separate_async: verl 0.9.1 "
+            f"gives rollout a pool of its own only in that mode (got {mode!r})"
+        )
+    if settings.placement.mode == "colocated" and mode == "separate_async":
+        raise GrpoConfigError(
+            "trainer.v1.trainer_mode=separate_async starts a standalone rollout pool, "
+            "which grpo.placement.mode=colocated has no worker group for"
+        )
+
+
 def worker_env(settings: GrpoSettings, environ: Mapping[str, str]) -> dict[str, str]:
     """Pure: environment every Ray worker of the job gets (read by grpo_trainer.worker_setup)."""
     job = settings.job
@@ -421,6 +436,7 @@ def build_config(
     mml = apply_max_model_len(cfg, settings, int(explicit) if explicit is not None else None, strict, warnings)
     apply_reward(cfg, settings, validate_files=True)
     plan = apply_data(cfg, settings)
+    check_placement(cfg, settings)
     apply_runtime_env(cfg, settings, env)
     apply_tracking(cfg, settings)
     for w in warnings:

@@ -159,3 +159,20 @@ def test_cli_reports_config_errors_with_exit_code_2(tmp_path: Path, capsys: pyte
     cfg.write_text("trainer.no_such_key: 1\n")
     assert main(["--config_path", str(cfg), "--dry-run"]) == 2
     assert "trainer.no_such_key" in capsys.readouterr().err
+
+
+def test_dry_run_fails_on_a_config_verl_itself_rejects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # verl's validate_config runs on --dry-run too: no micro batch size is an error verl raises
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"max_position_embeddings": 4096}')
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"actor_rollout_ref.model.path: {model}\nactor_rollout_ref.rollout.name: vllm\n")
+    assert main(["--config_path", str(cfg), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "verl 0.9.1 rejects the config" in err and "ppo_micro_batch_size" in err
+
+
+def test_disaggregated_placement_needs_verls_separate_async_mode(reference_yaml: Path) -> None:
+    with pytest.raises(GrpoConfigError, match="separate_async"):
+        build_config(str(reference_yaml), ["trainer.v1.trainer_mode=sync"])
