@@ -133,3 +133,16 @@ def test_trainer_metrics_ignore_absent_values() -> None:
     metrics.observe(StepMetrics(step=2))
     assert metrics.registry.get_sample_value("grpo_trainer_reward_mean") == 5.0
     assert metrics.registry.get_sample_value("grpo_trainer_step") == 2
+
+
+def test_status_patch_matches_the_grpojob_status_schema() -> None:
+    # the operator's pydantic model is the CRD's source of truth: every key we patch must be one of its
+    # fields (it ignores unknown keys, so check the names, then the values)
+    from grpo_operator.api import ProgressStatus
+
+    patch = build_progress_patch(extract(_verl_step(5), step=5), 30, datetime(2026, 12, 2, tzinfo=UTC))
+    progress = patch["status"]["progress"]
+    aliases = {f.alias or name for name, f in ProgressStatus.model_fields.items()}
+    assert set(progress) == aliases
+    parsed = ProgressStatus.model_validate(progress)
+    assert (parsed.step, parsed.total_steps, parsed.reward_mean) == (5, 30, 15.0)
