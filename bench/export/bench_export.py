@@ -136,14 +136,15 @@ def main() -> int:
     p.add_argument("--param-dtype", default="float32", help="dtype of the checkpoint (verl keeps fp32 masters)")
     p.add_argument("--workdir", type=Path, default=Path("/work/bench-export"))
     p.add_argument("--skip-verl", action="store_true", help="only ours (e.g. a 7B that verl cannot hold in RAM)")
-    p.add_argument("--keep", action="store_true", help="keep the checkpoint and outputs")
+    p.add_argument("--keep", action="store_true", help="keep the outputs")
+    p.add_argument("--repeat", type=int, default=2, help="runs per tool (the machine is shared: take the best)")
     args = p.parse_args()
 
     root = args.workdir / f"ckpt-{args.shape}-w{args.world}-{args.param_dtype}"
     actor, gen_s = write_checkpoint(root, args.shape, args.world, args.param_dtype)
     rank_files = sorted(actor.glob("model_world_size_*_rank_*.pt"))
     ckpt_bytes = sum(f.stat().st_size for f in rank_files)
-    largest = max(json.loads(Path(actor / "huggingface" / "config.json").read_text())["vocab_size"], 1)
+    vocab = json.loads(Path(actor / "huggingface" / "config.json").read_text())["vocab_size"]
     print(
         f"checkpoint {actor}: {len(rank_files)} rank files, {gb(ckpt_bytes)}"
         + (f" (written in {gen_s:.0f} s)" if gen_s else " (reused)"),
@@ -151,67 +152,86 @@ def main() -> int:
     )
 
     runs: list[Run] = []
-    outs = {"verl": args.workdir / f"out-verl-{args.shape}", "grpo-export": args.workdir / f"out-ours-{args.shape}"}
-    for out in outs.values():
-        shutil.rmtree(out, ignore_errors=True)
-    if not args.skip_verl:
-        warm(rank_files)
-        runs.append(
-            run_child(
-                "verl.model_merger",
-                [
-                    sys.executable,
-                    "-m",
-                    "verl.model_merger",
-                    "merge",
-                    "--backend",
-                    "fsdp",
-                    "--local_dir",
-                    str(actor),
-                    "--target_dir",
-                    str(outs["verl"]),
-                ],
-                args.workdir / f"verl-{args.shape}.log",
-            )
-        )
-    warm(rank_files)
-    ours_cmd = [
-        sys.executable,
-        "-m",
-        "grpo_trainer.export",
-        "--checkpoint",
-        str(actor),
-        "--target",
-        str(outs["grpo-export"]),
-        "--dtype",
-        "bf16",
-        "--max-shard-size",
-        "5GB",
-    ]
-    runs.append(run_child("grpo-export", ours_cmd, args.workdir / f"ours-{args.shape}.log"))
+    outs = {
+        "verl": args.workdir / f"out-verl-{args.shape}",
+        "grpo-export": args.workdir / f"out-ours-{args.shape}",
+        "grpo-export --no-fsync": args.workdir / f"out-ours-nofsync-{args.shape}",
+    }
+    commands = {
+        "verl.model_merger": [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor),
+            "--target_dir",
+            str(outs["verl"]),
+        ],
+        "grpo-export": [
+            sys.executable,
+            "-m",
+            "grpo_trainer.export",
+            "--checkpoint",
+            str(actor),
+            "--target",
+            str(outs["grpo-export"]),
+            "--dtype",
+            "bf16",
+        ],
+        "grpo-export --no-fsync": [
+            sys.executable,
+            "-m",
+            "grpo_trainer.export",
+            "--checkpoint",
+            str(actor),
+            "--target",
+            str(outs["grpo-export --no-fsync"]),
+            "--dtype",
+            "bf16",
+            "--no-fsync",
+        ],
+    }
+    if args.skip_verl:
+        del commands["verl.model_merger"]
+    for rep in range(args.repeat):
+        for name, cmd in commands.items():
+            target = Path(cmd[cmd.index("--target_dir" if name.startswith("verl") else "--target") + 1])
+            shutil.rmtree(target, ignore_errors=True)
+            # Same start for everyone: checkpoint in the page cache, no other run's dirty pages pending.
+            warm(rank_files)
+            os.sync()
+            runs.append(run_child(name, cmd, args.workdir / f"{name.split()[0]}-{args.shape}-{rep}.log"))
+            print(f"  {name}: {runs[-1].wall_s:.1f} s, peak RSS {gb(runs[-1].peak_rss_bytes)}", flush=True)
 
     out_bytes = sum(f.stat().st_size for f in outs["grpo-export"].glob("*.safetensors"))
     params = out_bytes // 2
     identical = "n/a"
-    if not args.skip_verl and all(r.exit_code == 0 for r in runs):
+    if not args.skip_verl and all(r.exit_code == 0 for r in runs[-len(commands) :]):
         n, bad = compare_outputs(outs["verl"], outs["grpo-export"])
         identical = f"yes ({n} tensors)" if not bad else f"NO: {len(bad)} differ, e.g. {bad[:3]}"
 
     print()
     print(
-        f"shape {args.shape} (~{params / 1e9:.2f}B params, vocab {largest}), world size {args.world}, "
+        f"shape {args.shape} (~{params / 1e9:.2f}B params, vocab {vocab}), world size {args.world}, "
         f"checkpoint {args.param_dtype} {gb(ckpt_bytes)}, output bf16 {gb(out_bytes)}, cpus {os.cpu_count()}"
     )
-    print(f"| {'tool':<18} | {'exit':>4} | {'wall':>8} | {'peak RSS':>10} |")
-    print(f"|{'-' * 20}|{'-' * 6}|{'-' * 10}|{'-' * 12}|")
+    print(f"| {'tool':<24} | {'exit':>4} | {'wall':>8} | {'peak RSS':>10} |")
+    print(f"|{'-' * 26}|{'-' * 6}|{'-' * 10}|{'-' * 12}|")
     for r in runs:
-        print(f"| {r.name:<18} | {r.exit_code:>4} | {r.wall_s:>6.1f} s | {gb(r.peak_rss_bytes):>10} |")
-    if len(runs) == 2:
-        verl, ours = runs
-        print(
-            f"\nspeed-up (verl wall / ours): {verl.wall_s / ours.wall_s:.2f}x; "
-            f"peak RSS ours / verl: {ours.peak_rss_bytes / verl.peak_rss_bytes:.3f}"
-        )
+        print(f"| {r.name:<24} | {r.exit_code:>4} | {r.wall_s:>6.1f} s | {gb(r.peak_rss_bytes):>10} |")
+    best = {name: min((r for r in runs if r.name == name), key=lambda r: r.wall_s) for name in commands}
+    if "verl.model_merger" in best:
+        verl = best["verl.model_merger"]
+        print(f"\nbest of {args.repeat} (ratio = verl / ours for time, ours / verl for memory):")
+        for name in ("grpo-export", "grpo-export --no-fsync"):
+            ours = best[name]
+            print(
+                f"  {name:<24} speed-up {verl.wall_s / ours.wall_s:.2f}x, "
+                f"peak RSS {ours.peak_rss_bytes / verl.peak_rss_bytes:.3f} of verl's"
+            )
     print(f"tensors identical: {identical}")
     summary = {
         "shape": args.shape,

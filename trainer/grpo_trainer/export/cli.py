@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="load the result with transformers, compare every tensor, run a forward pass",
     )
     p.add_argument("--overwrite", action="store_true", help="replace a target that holds different weights")
+    p.add_argument(
+        "--no-fsync",
+        dest="fsync",
+        action="store_false",
+        help="skip flushing the shards to disk before publishing (faster; not crash-durable)",
+    )
     p.add_argument("--job", help="GRPOJob name, for the model card")
     p.add_argument("--reward", type=float, help="reward at the exported step, for the model card")
     p.add_argument("--base-model", help="base model name, for the model card")
@@ -93,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         verify=args.verify,
         overwrite=args.overwrite,
+        fsync=args.fsync,
         job=args.job,
         reward=args.reward,
         base_model=args.base_model,

@@ -64,12 +64,8 @@ def ensure_generation_config(config: dict[str, object], target: Path) -> None:
     """verl writes generation_config.json only when it could read the base model's; derive one otherwise."""
     if (target / "generation_config.json").exists():
         return
-    gen = {
-        k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config.get(k) is not None
-    }
-    (target / "generation_config.json").write_text(
-        json.dumps({**gen, "_from_model_config": True}, indent=2) + "\n"
-    )
+    gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config.get(k) is not None}
+    (target / "generation_config.json").write_text(json.dumps({**gen, "_from_model_config": True}, indent=2) + "\n")
 
 
 def model_card(info: CardInfo) -> str:

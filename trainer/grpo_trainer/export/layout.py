@@ -78,8 +78,7 @@ def resolve_actor_dir(path: Path) -> Path:
             raise ExportError(
                 "CheckpointNotFound",
                 f"{latest} names step {step}, but {actor} holds no model_world_size_*_rank_*.pt files.",
-                "Restore that step's files or pass an existing step: "
-                "--checkpoint <root>/global_step_N/actor.",
+                "Restore that step's files or pass an existing step: --checkpoint <root>/global_step_N/actor.",
             )
         return actor
     # No tracker file (e.g. async save): the highest complete-looking step wins.
@@ -134,8 +133,7 @@ def discover(path: Path) -> CheckpointLayout:
             raise ExportError(
                 "WorldSizeMismatch",
                 f"{actor} has no fsdp_config.json and rank files for several world sizes {sorted(by_world)}.",
-                "Remove the rank files of the runs that are not this checkpoint, "
-                "or restore fsdp_config.json.",
+                "Remove the rank files of the runs that are not this checkpoint, or restore fsdp_config.json.",
             )
         world = next(iter(by_world))
     else:
@@ -144,16 +142,13 @@ def discover(path: Path) -> CheckpointLayout:
     if world not in by_world:
         raise ExportError(
             "WorldSizeMismatch",
-            f"fsdp_config.json in {actor} says world_size={world}, but the rank files are for world size "
-            f"{others}.",
-            "The checkpoint was mixed from different runs: "
-            "restore the matching fsdp_config.json or rank files.",
+            f"fsdp_config.json in {actor} says world_size={world}, but the rank files are for world size {others}.",
+            "The checkpoint was mixed from different runs: restore the matching fsdp_config.json or rank files.",
         )
     if others:
         raise ExportError(
             "WorldSizeMismatch",
-            f"{actor} holds rank files for world size {world} and also for {others}; one directory must hold "
-            "one save.",
+            f"{actor} holds rank files for world size {world} and also for {others}; one directory must hold one save.",
             "Delete the stale model_world_size_*_rank_*.pt files of the other world size.",
         )
     present = by_world[world]

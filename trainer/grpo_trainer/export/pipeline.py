@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from grpo_trainer.export.hf_files import (
     write_config,
 )
 from grpo_trainer.export.layout import discover
-from grpo_trainer.export.safetensors_stream import Entry, ShardWriter, index_json, plan_shards
+from grpo_trainer.export.safetensors_stream import Entry, ShardWriter, index_json, nbytes, plan_shards
 from grpo_trainer.export.source import Source, TensorPlan
 from grpo_trainer.export.target import (
     check_disk,
@@ -46,6 +48,7 @@ class ExportOptions:
     dtype: str = "bf16"
     verify: bool = False
     overwrite: bool = False
+    fsync: bool = True
     job: str | None = None
     reward: float | None = None
     base_model: str | None = None
@@ -94,7 +97,7 @@ def out_dtype_fn(choice: str) -> Callable[[torch.dtype], torch.dtype]:
 class Progress:
     """Line-based progress (Job logs are not terminals): at most one line every few seconds."""
 
-    def __init__(self, total_bytes: int, log: Callable[[str], None], every_s: float = 5.0) -> None:
+    def __init__(self, total_bytes: int, log: Callable[[str], None], every_s: float = 2.0) -> None:
         self.total, self.done, self.log, self.every = total_bytes, 0, log, every_s
         self.start = self.last = time.monotonic()
 
@@ -136,9 +139,61 @@ def _compare_with_existing(
     return None
 
 
-def run_export(
-    opts: ExportOptions, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
-) -> ExportResult:
+def merge_and_write(
+    source: Source,
+    out_dtype_for: Callable[[torch.dtype], torch.dtype],
+    writer: ShardWriter,
+    progress: Progress,
+) -> None:
+    """Merge tensor i+1 while tensor i is written: two reusable buffers of the largest tensor.
+
+    Merging (copy + dtype cast) and writing (copy into the page cache, disk writeback) both release
+    the GIL, so a single writer thread overlaps them; FIFO order keeps the planned file layout.
+    Peak memory stays at two of the largest tensor, whatever the model size.
+    """
+    plans = source.plans
+    if not plans:
+        return
+    largest = max(nbytes(p.shape, out_dtype_for(p.dtype)) for p in plans)
+    free: queue.Queue[torch.Tensor] = queue.Queue()
+    for _ in range(2):
+        free.put(torch.empty(max(largest, 1), dtype=torch.uint8))
+
+    def write(key: str, tensor: torch.Tensor, raw: torch.Tensor) -> None:
+        try:
+            writer.write(key, tensor)
+            progress.advance(tensor.numel() * tensor.element_size(), "merging")
+        finally:
+            free.put(raw)  # always hand the buffer back, or the merging loop would wait forever
+
+    futures: list[Future[None]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-export-writer") as pool:
+        for plan in plans:
+            raw = free.get()
+            if any(f.done() and f.exception() for f in futures):
+                free.put(raw)
+                break
+            dtype = out_dtype_for(plan.dtype)
+            out = raw[: nbytes(plan.shape, dtype)].view(dtype).view(plan.shape)
+            try:
+                source.merged(plan, dtype, out=out)
+            except BaseException:
+                free.put(raw)
+                raise
+            futures.append(pool.submit(write, plan.key, out, raw))
+    for f in futures:
+        f.result()
+
+
+_T0 = time.monotonic()
+
+
+def stderr_log(message: str) -> None:
+    """Elapsed seconds in front of every line: a Job log then shows where the time went."""
+    print(f"[{time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def run_export(opts: ExportOptions, log: Callable[[str], None] = stderr_log) -> ExportResult:
     started = time.monotonic()
     layout = discover(opts.checkpoint)
     log(
@@ -198,17 +253,17 @@ def run_export(
     tmp = temp_dir_for(opts.target)
     tmp.mkdir()
     try:
-        log(
-            f"writing {len(entries)} tensors ({human(size)}, {opts.dtype}) in {len(shards)} shard(s) to {tmp}"
-        )
-        writer = ShardWriter(tmp, shards, metadata)
+        log(f"writing {len(entries)} tensors ({human(size)}, {opts.dtype}) in {len(shards)} shard(s) to {tmp}")
+        writer = ShardWriter(tmp, shards, metadata, durable=opts.fsync)
         progress = Progress(sum(s.data_bytes for s in shards), log)
-        for plan, tensor in source.iter_merged(out_dtype_for):
-            writer.write(plan.key, tensor)
-            progress.advance(tensor.numel() * tensor.element_size(), "merging")
-            del tensor
+        try:
+            merge_and_write(source, out_dtype_for, writer, progress)
+        except BaseException:
+            writer.abort()
+            raise
+        progress.advance(0, "merged and written", force=True)
         writer.finish()
-        progress.advance(0, "merging", force=True)
+        log("shards complete" + (" and flushed to disk" if opts.fsync else ""))
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index_json(shards, {}), indent=2) + "\n")
         copy_side_files(layout.hf_dir, tmp)
         floats = {e.dtype for e in entries if e.dtype.is_floating_point}

@@ -91,9 +91,7 @@ def local_box(
     return Box(tuple(offsets), tuple(lengths))
 
 
-def owners(
-    mesh: list[list[int]] | list[int], specs: tuple[ShardSpec, ...]
-) -> list[tuple[int, tuple[int, ...]]]:
+def owners(mesh: list[list[int]] | list[int], specs: tuple[ShardSpec, ...]) -> list[tuple[int, tuple[int, ...]]]:
     """The ranks whose local tensors together cover the global tensor exactly once.
 
     Along a Replicate mesh dim every coordinate holds the same data, so only coordinate 0 is

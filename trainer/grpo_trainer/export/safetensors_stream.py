@@ -8,13 +8,14 @@ header is written first and tensors are appended as they are merged: peak memory
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 
@@ -71,7 +72,7 @@ def nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     n = 1
     for s in shape:
         n *= s
-    return n * torch.empty((), dtype=dtype).element_size()
+    return n * dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -134,42 +135,96 @@ def index_json(shards: list[ShardPlan], metadata: dict[str, str]) -> dict[str, o
     }
 
 
-class ShardWriter:
-    """Appends tensors to the planned shard files in plan order; checks every byte count."""
+_SYNC_FILE_RANGE_WRITE = 2
+# Start writeback every this many bytes, so the final fsync finds little left to flush.
+_WRITEBACK_EVERY = 256 * 2**20
 
-    def __init__(self, directory: Path, shards: list[ShardPlan], metadata: dict[str, str]) -> None:
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to begin flushing a written range without waiting (Linux sync_file_range)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+        libc.sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+    except (AttributeError, OSError):
+        pass  # not Linux: the final fsync does all the work
+
+
+class ShardWriter:
+    """Appends tensors to the planned shard files in plan order; checks every byte count.
+
+    Each shard file is preallocated to its planned size (``posix_fallocate``): ext4 then skips
+    delayed block allocation, which made buffered writes 3-10x slower on the benchmark volume,
+    and a full disk fails at open instead of halfway. Data goes out with ``pwrite`` in 64 MiB
+    pieces. With ``durable`` (the default) every shard is fsynced before it counts as written, so
+    the published directory survives a node crash right after the Job reports success; writeback
+    is started as data arrives so the disk works while the next tensors are merged.
+    """
+
+    _CHUNK = 64 * 2**20
+
+    def __init__(
+        self, directory: Path, shards: list[ShardPlan], metadata: dict[str, str], durable: bool = True
+    ) -> None:
+        self._durable = durable
         self._dir = directory
         self._shards = shards
         self._metadata = metadata
-        self._shard_of = {e.key: i for i, s in enumerate(shards) for e in s.entries}
         self._expected = [(e, i) for i, s in enumerate(shards) for e in s.entries]
         self._pos = 0
-        self._file: BinaryIO | None = None
+        self._fd: int | None = None
+        self._offset = 0
+        self._synced = 0
         self._open_index = -1
+
+    def _open(self, shard: int) -> None:
+        self._close()
+        plan = self._shards[shard]
+        self._fd = os.open(self._dir / plan.filename, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.posix_fallocate(self._fd, 0, plan.file_bytes(self._metadata))
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise  # ENOSPC and friends: the disk really cannot hold this shard
+        self._offset = self._synced = 0
+        self._open_index = shard
+        self._pwrite(memoryview(plan.header(self._metadata)))
+
+    def _pwrite(self, data: memoryview) -> None:
+        assert self._fd is not None
+        done = 0
+        while done < len(data):
+            done += os.pwrite(self._fd, data[done : done + self._CHUNK], self._offset + done)
+        self._offset += done
+        if self._durable and self._offset - self._synced >= _WRITEBACK_EVERY:
+            _start_writeback(self._fd, self._synced, self._offset - self._synced)
+            self._synced = self._offset
 
     def write(self, key: str, tensor: torch.Tensor) -> None:
         entry, shard = self._expected[self._pos]
         if entry.key != key or tuple(tensor.shape) != entry.shape or tensor.dtype != entry.dtype:
-            raise RuntimeError(
-                f"writer expected {entry} next, got {key} {tuple(tensor.shape)} {tensor.dtype}"
-            )
+            raise RuntimeError(f"writer expected {entry} next, got {key} {tuple(tensor.shape)} {tensor.dtype}")
         if shard != self._open_index:
-            self._close()
-            self._file = open(self._dir / self._shards[shard].filename, "wb")  # noqa: SIM115
-            self._file.write(self._shards[shard].header(self._metadata))
-            self._open_index = shard
-        assert self._file is not None
+            self._open(shard)
         if tensor.numel():
             flat = tensor.contiguous().reshape(-1).view(torch.uint8)
-            self._file.write(memoryview(flat.numpy()))
+            self._pwrite(memoryview(flat.numpy()))
         self._pos += 1
 
     def _close(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            try:
+                if self._durable:
+                    os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+    def abort(self) -> None:
+        """Close without flushing (the temp directory is about to be removed)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def finish(self) -> None:
         self._close()

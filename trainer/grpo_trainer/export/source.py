@@ -17,7 +17,6 @@ import ctypes
 import logging
 import mmap
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,9 @@ from grpo_trainer.export.placement import (
     spec_from_placement,
 )
 
+_MADV_WILLNEED = 3
 _MADV_DONTNEED = 4
+_MADV_POPULATE_READ = 22
 _PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -73,8 +74,7 @@ def _load_rank(path: Path) -> dict[str, Any]:
         raise ExportError(
             "CorruptCheckpoint",
             f"Cannot read {path}: {type(exc).__name__}: {exc}.",
-            "The file is truncated or not a torch.save state dict: re-copy it from the "
-            "trainer's checkpoint volume.",
+            "The file is truncated or not a torch.save state dict: re-copy it from the trainer's checkpoint volume.",
         ) from exc
     finally:
         mesh_logger.setLevel(level)
@@ -109,15 +109,29 @@ def _storage_identity(value: torch.Tensor) -> tuple[object, ...]:
     )
 
 
-def release_pages(t: torch.Tensor) -> None:
-    """Drop this tensor's file-mapped pages from our RSS. Only for tensors from mmap'd files."""
+def _madvise(t: torch.Tensor, advice: int) -> int:
     storage = t.untyped_storage()
     ptr, size = storage.data_ptr(), storage.nbytes()
     if size == 0:
-        return
+        return 0
     start = ptr - ptr % _PAGE
-    length = ptr + size - start
-    _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_DONTNEED)
+    return int(_libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(ptr + size - start), advice))
+
+
+def populate_pages(t: torch.Tensor) -> None:
+    """Map a memory-mapped tensor's pages in one call before reading it.
+
+    Touching a file mapping page by page takes one fault per 64 KB; on the 1.5B benchmark that was
+    5x the cost of the merge itself. MADV_POPULATE_READ (Linux 5.14+) maps the range in one
+    syscall; older kernels get MADV_WILLNEED (read-ahead only).
+    """
+    if _madvise(t, _MADV_POPULATE_READ) != 0:
+        _madvise(t, _MADV_WILLNEED)
+
+
+def release_pages(t: torch.Tensor) -> None:
+    """Drop this tensor's file-mapped pages from our RSS. Only for tensors from mmap'd files."""
+    _madvise(t, _MADV_DONTNEED)
 
 
 class Source:
@@ -199,11 +213,15 @@ class Source:
                 )
         return TensorPlan(key, tuple(value.shape), value.dtype, specs, mesh)
 
-    def merged(self, plan: TensorPlan, out_dtype: torch.dtype) -> torch.Tensor:
-        """The full tensor for ``plan`` in ``out_dtype``; source pages are released afterwards."""
+    def merged(self, plan: TensorPlan, out_dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The full tensor for ``plan`` in ``out_dtype`` (written into ``out`` when given, which saves
+        an allocation and its first-touch page faults per tensor); source pages are released afterwards."""
+        if out is None:
+            out = torch.empty(plan.shape, dtype=out_dtype)
+        if out.dtype != out_dtype or tuple(out.shape) != plan.shape:
+            raise ValueError(f"{plan.key}: output buffer is {out.dtype} {tuple(out.shape)}")
         if plan.specs is None:
-            return self._merge_plain(plan, out_dtype)
-        out = torch.empty(plan.shape, dtype=out_dtype)
+            return self._merge_plain(plan, out)
         mesh_shape = mesh_shape_of(plan.mesh)
         covered = 0
         for rank, coord in owners(plan.mesh, plan.specs):
@@ -223,6 +241,7 @@ class Source:
                     f"{self._placements(plan.key)} on a mesh of shape {mesh_shape} implies {box.lengths}.",
                     "The checkpoint does not follow DTensor's chunking; re-save it with FSDP/FSDP2.",
                 )
+            populate_pages(local)
             out[box.slices()].copy_(local)
             covered += box.numel
             release_pages(local)
@@ -237,7 +256,7 @@ class Source:
     def _placements(self, key: str) -> tuple[Any, ...]:
         return tuple(self.states[0][key].placements)
 
-    def _merge_plain(self, plan: TensorPlan, out_dtype: torch.dtype) -> torch.Tensor:
+    def _merge_plain(self, plan: TensorPlan, out: torch.Tensor) -> torch.Tensor:
         first = self.states[0][plan.key]
         for rank in range(1, self.layout.world_size):
             other = self.states[rank][plan.key]
@@ -251,10 +270,7 @@ class Source:
                     "consistently: re-save the checkpoint.",
                 )
             release_pages(other)
-        out = first.to(dtype=out_dtype, copy=True)
+        populate_pages(first)
+        out.copy_(first)
         release_pages(first)
         return out
-
-    def iter_merged(self, out_dtype_for: Any) -> Iterator[tuple[TensorPlan, torch.Tensor]]:
-        for plan in self.plans:
-            yield plan, self.merged(plan, out_dtype_for(plan.dtype))

@@ -41,8 +41,7 @@ def verify_export(
     if mismatched:
         raise VerificationError(
             "VerificationFailed",
-            f"{len(mismatched)} tensor(s) loaded by transformers differ from the checkpoint: "
-            f"{mismatched[:5]}.",
+            f"{len(mismatched)} tensor(s) loaded by transformers differ from the checkpoint: {mismatched[:5]}.",
             "Report this with the checkpoint's fsdp_config.json; do not publish these weights.",
         )
     extra = sorted(set(loaded) - {p.key for p in source.plans} - set(source.aliases))
@@ -56,8 +55,5 @@ def verify_export(
             "The forward pass of the exported model gave NaN/inf logits.",
             "Check the checkpoint itself (training may have diverged at this step).",
         )
-    log(
-        f"verify: {checked} tensors bit-identical to the checkpoint, "
-        f"forward pass logits {tuple(logits.shape)} finite"
-    )
+    log(f"verify: {checked} tensors bit-identical to the checkpoint, forward pass logits {tuple(logits.shape)} finite")
     return {"tensorsChecked": checked, "unexpectedKeys": extra[:10]}
