@@ -30,8 +30,6 @@ def valid_response_length(data_item: Any) -> int:
 class LengthRewardManager(RewardManagerBase):
     """Rewards longer answers; the reference setup's sanity reward (no model, runs on CPU)."""
 
-    name = "grpo_length"
-
     def __init__(self, config: Any, tokenizer: Any, compute_score: Any = None, **kwargs: Any) -> None:
         # verl passes reward_router_address / reward_model_tokenizer to every manager; unused here.
         super().__init__(config, tokenizer, compute_score)
