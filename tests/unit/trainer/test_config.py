@@ -25,7 +25,10 @@ def _dry_run_summary(capsys: pytest.CaptureFixture[str], path: Path, *overrides:
 def test_dry_run_on_reference_example_yields_the_grpo_values(
     reference_yaml: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import ray
+
     s = _dry_run_summary(capsys, reference_yaml)
+    assert not ray.is_initialized()  # --dry-run never starts Ray
     v = s["verl"]
     assert v["algorithm.adv_estimator"] == "grpo"
     assert v["actor_rollout_ref.actor.use_kl_loss"] is True
