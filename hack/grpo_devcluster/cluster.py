@@ -188,6 +188,19 @@ class LocalCluster:
         args = ["apply", "-f", "-", *(["--server-side", "--force-conflicts"] if server_side else [])]
         self.kubectl(*args, input=yaml.safe_dump_all(docs))
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Poll, because `kubectl wait` fails outright while a new CRD has no conditions yet."""
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            while True:
+                result = self.kubectl("get", f"crd/{crd}", "-o",
+                                      'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
+                if result.stdout.strip() == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise DevClusterError("kube-apiserver", f"CRD {crd} not Established after {timeout:.0f}s")
+                time.sleep(0.2)
+
     # -- components ----------------------------------------------------------------------------------
     def _check_ports(self) -> None:
         for port, owner in self.ports.owners().items():
@@ -315,8 +328,7 @@ class LocalCluster:
         self.apply([*kwok_config.node_manifests(self.pools), kwok_config.storage_class()])
         # Too large for client-side apply's last-applied annotation.
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("kuberay-crds")))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io", timeout=90)
+        self.wait_established("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
         self.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "nodes", "--all", timeout=90)
         # The `default` namespace's ServiceAccount comes from kube-controller-manager; pods need it.
         deadline = time.monotonic() + 60

@@ -19,7 +19,7 @@ CRD = ROOT / "crds" / "grpojob.yaml"
 
 def install_crd(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/grpojobs.grpo.dev", timeout=90)
+    cluster.wait_established("grpojobs.grpo.dev")
 
 
 class OperatorProcess:

@@ -833,7 +833,7 @@ class ExportStatus(StatusModel):
     """The exported HuggingFace model."""
 
     path: str = Field(description="Claim-relative directory the model was written to.")
-    step: int = Field(description="Training step of the checkpoint that was converted.")
+    step: int | None = Field(default=None, description="Training step of the checkpoint that was converted.")
     size_bytes: int | None = Field(default=None, description="Total size of the exported files.")
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpojob_fixtures import plan_of
-
 from grpo_operator.api import GRPOJob
 from grpo_operator.children import missing_dependencies, training_children
+from grpojob_fixtures import plan_of
 
 
 def _job(body: dict[str, Any], **spec_changes: Any) -> GRPOJob:

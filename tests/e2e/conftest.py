@@ -1,0 +1,36 @@
+"""The operator, running against the real local control plane, for every operator e2e test."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.operator_runner import OperatorProcess, install_crd
+
+from .kube import create_namespace
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def grpo_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
+    install_crd(cluster)
+    operator = OperatorProcess(cluster, cluster.log_dir).start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+@pytest.fixture
+def team_ns(cluster: LocalCluster, grpo_operator: OperatorProcess, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace with the `models` and `datasets` claims the examples mount."""
+    name = f"t{next(_counter)}-{request.node.name.lower().replace('_', '-')}"[:50].rstrip("-")
+    create_namespace(cluster, name)
+    for claim in ("models", "datasets"):
+        cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": claim, "namespace": name},
+                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+    return name

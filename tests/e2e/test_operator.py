@@ -1,0 +1,235 @@
+"""A GRPOJob becomes a role-pinned RayJob and its status follows it, against the real control plane."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import yaml
+from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.kwok_config import FAIL_POD_ANNOTATION, POOL_LABEL
+from grpo_devcluster.operator_runner import OperatorProcess
+
+from .grpojobs import apply_job, condition, example, phase, set_ray_outcome, wait_phase
+from .kube import get, items, wait_for
+
+pytestmark = pytest.mark.e2e
+
+REFERENCE = "qwen2-7b-reference"
+COLOCATED = "qwen2-7b-length"
+
+
+def _children(cluster: LocalCluster, ns: str, job: str) -> dict[str, list[str]]:
+    selector = f"grpo.dev/job={job}"
+    kinds = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "jobs", "pvc")
+    return {k: [o["metadata"]["name"] for o in items(cluster, k, "-n", ns, "-l", selector)] for k in kinds}
+
+
+def test_reference_example_pins_roles_and_walks_to_succeeded(cluster: LocalCluster, team_ns: str) -> None:
+    apply_job(cluster, team_ns, example("reference-disaggregated"))
+
+    def role_pods() -> dict[str, dict] | None:
+        pods = items(cluster, "pods", "-n", team_ns, "-l", f"grpo.dev/job={REFERENCE}")
+        running = {p["metadata"]["labels"].get("grpo.dev/role"): p for p in pods
+                   if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")}
+        return running if {"actor", "rollout", "reward"} <= set(running) else None
+
+    pods = wait_for("actor, rollout and reward pods running", role_pods)
+    pools = {n["metadata"]["name"]: n["metadata"]["labels"][POOL_LABEL] for n in items(cluster, "nodes")}
+    assert pools[pods["actor"]["spec"]["nodeName"]] == "train"
+    assert pools[pods["rollout"]["spec"]["nodeName"]] == "rollout"
+    assert pools[pods["reward"]["spec"]["nodeName"]] == "rollout"
+    limits = pods["actor"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "4" and int(limits["cpu"]) >= 12
+
+    verl = yaml.safe_load(get(cluster, "configmap", f"{REFERENCE}-verl", "-n", team_ns)["data"]["verl.yaml"])
+    assert verl["algorithm.adv_estimator"] == "grpo"
+    assert verl["actor_rollout_ref.rollout.n"] == 8
+    assert verl["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
+    assert verl["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 2
+
+    seen = wait_phase(cluster, team_ns, REFERENCE, "Succeeded", timeout=180)
+    assert seen[-3:] == ["Running", "Exporting", "Succeeded"], seen
+    job = get(cluster, "grpojob", REFERENCE, "-n", team_ns)
+    assert job["status"]["export"]["path"] == "exports/qwen2-7b-grpo"
+    assert condition(job, "Exported")["status"] == "True"
+    assert job["status"]["rayJobName"] == REFERENCE and job["status"]["completionTime"]
+    export_job = get(cluster, "job", f"{REFERENCE}-export", "-n", team_ns)
+    container = export_job["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/checkpoints"]["readOnly"] is True
+    assert mounts["/export"].get("readOnly", False) is False  # false is omitted by the apiserver
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+
+
+def test_colocated_example_succeeds_without_a_converter(cluster: LocalCluster, team_ns: str) -> None:
+    apply_job(cluster, team_ns, example("colocated-length"))
+    seen = wait_phase(cluster, team_ns, COLOCATED, "Succeeded")
+    assert "Running" in seen and "Exporting" not in seen
+    assert _children(cluster, team_ns, COLOCATED)["jobs"] == []
+    groups = get(cluster, "rayjob", COLOCATED, "-n", team_ns)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert [(g["groupName"], g["resources"]) for g in groups] == [("actor", {"grpo.dev/actor": "8"})]
+
+
+def test_failed_rayjob_fails_the_grpojob_with_its_reason(cluster: LocalCluster, team_ns: str) -> None:
+    set_ray_outcome(cluster, team_ns, COLOCATED, "FAILED", "vLLM engine died: CUDA out of memory")
+    apply_job(cluster, team_ns, example("colocated-length"))
+    wait_phase(cluster, team_ns, COLOCATED, "Failed")
+    ready = condition(get(cluster, "grpojob", COLOCATED, "-n", team_ns), "Ready")
+    assert ready["reason"] == "AppFailed"
+    assert "CUDA out of memory" in ready["message"]
+    events = items(cluster, "events", "-n", team_ns, "--field-selector", f"involvedObject.name={COLOCATED}")
+    assert any(e["reason"] == "AppFailed" and e["type"] == "Warning" for e in events)
+
+
+def test_failing_converter_fails_the_grpojob_with_its_message(cluster: LocalCluster, team_ns: str) -> None:
+    body = example("reference-disaggregated",
+                   podMetadata={"annotations": {FAIL_POD_ANNOTATION: "checkpoint is missing rank 3 of 4"}})
+    apply_job(cluster, team_ns, body)
+    seen = wait_phase(cluster, team_ns, REFERENCE, "Failed", timeout=180)
+    assert "Exporting" in seen
+    ready = condition(get(cluster, "grpojob", REFERENCE, "-n", team_ns), "Ready")
+    assert ready["reason"] == "ExportFailed"
+    assert "missing rank 3 of 4" in ready["message"]
+
+
+INVALID = [
+    ("length reward with a reward pool", "reference-disaggregated",
+     {"reward": {"type": "length"}}, "a length reward runs on CPU; remove placement.roles.reward"),
+    ("function reward with a reward pool", "reference-disaggregated",
+     {"reward": {"type": "function", "function": {"configMapName": "r", "key": "reward.py"}}},
+     "a function reward runs on CPU"),
+    ("rollout GPUs not a multiple of TP", "reference-disaggregated",
+     {"rollout": {"tensorParallelSize": 4}}, "multiple of rollout.tensorParallelSize"),
+    ("role larger than a node", "colocated-length",
+     {"placement": {"mode": "colocated", "roles": {"actor": {"gpus": 16}}}}, "gpusPerNode"),
+    ("both steps and epochs", "colocated-length", {"training": {"totalSteps": 10, "epochs": 2}}, "epochs"),
+    ("export without target", "colocated-length", {"export": {"enabled": True}}, "export.target"),
+    ("group size zero", "colocated-length", {"algorithm": {"groupSize": 0}}, "groupSize"),
+    ("unknown placement mode", "colocated-length", {"placement": {"mode": "sharded"}}, "mode"),
+    ("claim and size together", "colocated-length",
+     {"checkpoints": {"volume": {"claimName": "ckpt", "size": "1Ti"}}}, "claimName"),
+    ("absolute model path", "colocated-length", {"model": {"claimName": "models", "path": "/etc/passwd"}}, "path"),
+]
+
+
+@pytest.mark.parametrize(("case", "base", "change", "message"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_manifest_is_refused_at_apply_and_leaves_nothing(cluster: LocalCluster, team_ns: str, case: str,
+                                                                  base: str, change: dict, message: str) -> None:
+    body = example(base, **change)
+    result = cluster.kubectl("apply", "-n", team_ns, "-f", "-", input=yaml.safe_dump(body), check=False)
+    assert result.returncode != 0, case
+    assert message in result.stderr, result.stderr
+    assert cluster.kubectl("get", "grpojobs", "-n", team_ns, "-o", "name").stdout.strip() == ""
+    assert all(v == [] for v in _children(cluster, team_ns, body["metadata"]["name"]).values())
+
+
+@pytest.mark.parametrize(("what", "change", "reason", "text"), [
+    ("missing model claim", {"model": {"claimName": "no-such-models", "path": "m"}},
+     "MissingPersistentVolumeClaim", "spec.model.claimName: PersistentVolumeClaim 'no-such-models'"),
+    ("missing reward ConfigMap",
+     {"reward": {"type": "function", "function": {"configMapName": "my-reward", "key": "reward.py"}}},
+     "MissingConfigMap", "kubectl create configmap my-reward --from-file=reward.py"),
+])
+def test_missing_cluster_objects_mark_the_job_invalid_and_create_nothing(
+        cluster: LocalCluster, team_ns: str, what: str, change: dict, reason: str, text: str) -> None:
+    apply_job(cluster, team_ns, example("colocated-length", **change))
+    wait_phase(cluster, team_ns, COLOCATED, "Invalid")
+    job = get(cluster, "grpojob", COLOCATED, "-n", team_ns)
+    assert condition(job, "Valid")["reason"] == reason
+    assert text in condition(job, "Valid")["message"]
+    events = items(cluster, "events", "-n", team_ns, "--field-selector", f"involvedObject.name={COLOCATED}")
+    assert any(e["reason"] == reason for e in events)
+    assert all(v == [] for v in _children(cluster, team_ns, COLOCATED).values()), what
+
+
+def test_job_waiting_for_a_claim_starts_once_it_exists(cluster: LocalCluster, team_ns: str) -> None:
+    apply_job(cluster, team_ns, example("colocated-length", model={"claimName": "late-models", "path": "m"}))
+    wait_phase(cluster, team_ns, COLOCATED, "Invalid")
+    cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                   "metadata": {"name": "late-models", "namespace": team_ns},
+                   "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    wait_phase(cluster, team_ns, COLOCATED, "Succeeded", timeout=150)
+
+
+def test_operator_killed_mid_creation_leaves_exactly_one_of_each_child(
+        cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
+    names = [f"burst-{i}" for i in range(6)]
+    for name in names:
+        body = example("colocated-length")
+        body["metadata"]["name"] = name
+        apply_job(cluster, team_ns, body)
+    rng = random.Random(7)
+    for _ in range(4):
+        time.sleep(rng.uniform(0.0, 1.5))
+        grpo_operator.kill()
+        grpo_operator.start()
+    for name in names:
+        wait_phase(cluster, team_ns, name, "Succeeded", timeout=180)
+        children = _children(cluster, team_ns, name)
+        assert children["rayjobs"] == [name]
+        assert children["configmaps"] == [f"{name}-verl"]
+        assert children["serviceaccounts"] == [f"{name}-trainer"]
+        assert children["roles"] == [f"{name}-trainer"] and children["rolebindings"] == [f"{name}-trainer"]
+        assert children["pvc"] == [f"{name}-checkpoints"]
+
+
+def test_deleting_a_grpojob_removes_children_but_keeps_checkpoints(cluster: LocalCluster, team_ns: str) -> None:
+    set_ray_outcome(cluster, team_ns, COLOCATED, "RUNNING", "still training", after_seconds=0)
+    apply_job(cluster, team_ns, example("colocated-length"))
+    wait_phase(cluster, team_ns, COLOCATED, "Running")
+    wait_for("RayCluster", lambda: items(cluster, "rayclusters", "-n", team_ns))
+    cluster.kubectl("delete", "grpojob", COLOCATED, "-n", team_ns)
+    wait_for("children garbage-collected", lambda: not any(
+        items(cluster, kind, "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}")
+        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "pods")))
+    pvc = get(cluster, "pvc", f"{COLOCATED}-checkpoints", "-n", team_ns)
+    assert not pvc["metadata"].get("ownerReferences")
+
+
+def test_suspend_then_resume(cluster: LocalCluster, team_ns: str) -> None:
+    body = example("colocated-length")
+    body["spec"]["scheduling"] = {**body["spec"].get("scheduling", {}), "suspend": True}
+    apply_job(cluster, team_ns, body)
+    wait_phase(cluster, team_ns, COLOCATED, "Suspended")
+    assert items(cluster, "pods", "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}") == []
+    cluster.kubectl("patch", "grpojob", COLOCATED, "-n", team_ns, "--type=merge",
+                    "-p", '{"spec":{"scheduling":{"suspend":false}}}')
+    wait_phase(cluster, team_ns, COLOCATED, "Succeeded", timeout=150)
+
+
+def test_spec_is_immutable_once_created(cluster: LocalCluster, team_ns: str) -> None:
+    set_ray_outcome(cluster, team_ns, COLOCATED, "RUNNING", "still training", after_seconds=0)
+    apply_job(cluster, team_ns, example("colocated-length"))
+    result = cluster.kubectl("patch", "grpojob", COLOCATED, "-n", team_ns, "--type=merge",
+                             "-p", '{"spec":{"model":{"path":"other-model"}}}', check=False)
+    assert result.returncode != 0
+    assert "immutable" in result.stderr
+
+
+def test_kubectl_explain_shows_placement_docs(cluster: LocalCluster, grpo_operator: OperatorProcess) -> None:
+    text = cluster.kubectl("explain", "grpojob.spec.placement").stdout
+    assert "colocated" in text and "disaggregated" in text
+    assert "roles" in text and "gpusPerNode" in text
+
+
+def test_printer_columns_show_phase(cluster: LocalCluster, team_ns: str) -> None:
+    apply_job(cluster, team_ns, example("colocated-length"))
+    wait_phase(cluster, team_ns, COLOCATED, "Succeeded")
+    table = cluster.kubectl("get", "grpojobs", "-n", team_ns).stdout
+    assert table.split("\n")[0].split()[:4] == ["NAME", "PHASE", "STEP", "REWARD"]
+    assert "Succeeded" in table
+
+
+def test_operator_metrics_count_jobs_by_phase(cluster: LocalCluster, team_ns: str,
+                                             grpo_operator: OperatorProcess) -> None:
+    import urllib.request
+    apply_job(cluster, team_ns, example("colocated-length"))
+    wait_phase(cluster, team_ns, COLOCATED, "Succeeded")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    text = opener.open(grpo_operator.metrics_url, timeout=5).read().decode()
+    succeeded = [line for line in text.splitlines() if line.startswith('grpo_operator_jobs{phase="Succeeded"}')]
+    assert succeeded and float(succeeded[0].split()[-1]) >= 1
+    assert "grpo_operator_reconcile_total" in text
+    assert phase(cluster, team_ns, COLOCATED) == "Succeeded"
