@@ -198,10 +198,12 @@ def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def track_phase(event: dict, namespace: str, name: str, status: kopf.Status, **_: Any) -> None:
+def track_phase(event: dict, namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
     if event.get("type") == "DELETED":
         metrics.forget(namespace, name)
-    elif status.get("phase"):
+        return
+    metrics.record_spec(namespace, name, spec)
+    if status.get("phase"):
         metrics.record_phase(namespace, name, status["phase"])
 
 

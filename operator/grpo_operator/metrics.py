@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
@@ -24,6 +26,17 @@ JOB_DURATION = Histogram(
 )
 CHILD_CREATE_ERRORS = Counter(
     "grpo_operator_child_create_errors_total", "Errors creating a GRPOJob's children (other than AlreadyExists)."
+)
+# Per-job series, labelled like kube-state-metrics (`namespace` is the GRPOJob's, so scrape the
+# operator with honor_labels) and `grpojob` like the trainer's series after the PodMonitor's relabeling:
+# alert rules join the two on (namespace, grpojob).
+JOB_PHASE = Gauge(
+    "grpo_operator_job_phase", "1 for the current phase of each GRPOJob.", ["namespace", "grpojob", "phase"]
+)
+JOB_KL_COEF = Gauge(
+    "grpo_operator_job_kl_coef",
+    "Configured KL loss coefficient (spec.algorithm.klLoss.coef) of each GRPOJob that uses the KL loss.",
+    ["namespace", "grpojob"],
 )
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
@@ -55,13 +68,43 @@ def _publish() -> None:
 
 def record_phase(namespace: str, name: str, phase: str) -> None:
     with _lock:
+        previous = _phases.get((namespace, name))
         _phases[(namespace, name)] = phase
+        if previous is not None and previous != phase:
+            JOB_PHASE.remove(namespace, name, previous)
+        JOB_PHASE.labels(namespace=namespace, grpojob=name, phase=phase).set(1)
         _publish()
+
+
+def kl_coef(spec: Mapping[str, Any]) -> float | None:
+    """The KL loss weight a GRPOJob trains with, None when its KL loss is off.
+
+    The apiserver applies the CRD's defaults, so a stored spec carries klLoss even when the user
+    wrote none; the fallbacks cover a spec that bypassed them.
+    """
+    kl = (spec.get("algorithm") or {}).get("klLoss") or {}
+    if not kl.get("enabled", True):
+        return None
+    coef = kl.get("coef", 0.001)
+    return float(coef) if isinstance(coef, int | float) and not isinstance(coef, bool) else None
+
+
+def record_spec(namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+    """Export what alert thresholds need from the spec (the KL coefficient)."""
+    coef = kl_coef(spec)
+    with _lock:
+        if coef is None:
+            JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
+        else:
+            JOB_KL_COEF.labels(namespace=namespace, grpojob=name).set(coef)
 
 
 def forget(namespace: str, name: str) -> None:
     with _lock:
-        _phases.pop((namespace, name), None)
+        phase = _phases.pop((namespace, name), None)
+        if phase is not None:
+            JOB_PHASE.remove(namespace, name, phase)
+        JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
         _publish()
 
 

@@ -18,6 +18,7 @@ _HELP: dict[str, str] = {
     "reward_min": "Smallest sequence reward of the last step.",
     "reward_max": "Largest sequence reward of the last step.",
     "kl_loss": "Actor KL loss against the reference policy, last step.",
+    "pg_loss": "Actor policy-gradient loss, last step (alerting watches it oscillate).",
     "entropy": "Actor policy entropy, last step.",
     "response_length_mean": "Mean response length in tokens, last step.",
     "throughput": "Tokens per second per GPU, last step.",

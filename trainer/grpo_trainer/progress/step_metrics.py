@@ -15,6 +15,7 @@ VERL_KEYS: dict[str, tuple[str, ...]] = {
     "reward_min": ("critic/score/min", "critic/rewards/min"),
     "reward_max": ("critic/score/max", "critic/rewards/max"),
     "kl_loss": ("actor/kl_loss",),
+    "pg_loss": ("actor/pg_loss",),
     "entropy": ("actor/entropy",),
     "response_length_mean": ("response_length/mean",),
     "throughput": ("perf/throughput",),
@@ -30,6 +31,7 @@ class StepMetrics:
     reward_min: float | None = None
     reward_max: float | None = None
     kl_loss: float | None = None
+    pg_loss: float | None = None
     entropy: float | None = None
     response_length_mean: float | None = None
     throughput: float | None = None
