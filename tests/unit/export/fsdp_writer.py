@@ -39,6 +39,10 @@ class WriterSpec:
     hsdp: bool = False
     ignored: list[str] = field(default_factory=list)
     materialize: str = "full"  # full | meta
+    # gloo: all ranks at once, real collectives. fake: one rank at a time with torch's fake process
+    # group (same world size, same DeviceMesh, same fully_shard/state_dict/save code; collectives are
+    # no-ops, which do not touch the saved bytes). Lets a 7B shape be written without 8 ranks of RAM.
+    backend: str = "gloo"
     param_dtype: str = "float32"
     seed: int = 0
 
@@ -90,7 +94,12 @@ def _worker(rank: int, spec: WriterSpec, port: int) -> None:
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=spec.world_size)
+    if spec.backend == "fake":
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=spec.world_size)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=spec.world_size)
     dtype = getattr(torch, spec.param_dtype)
     # A real base model's config names its architecture; verl's merger needs it to pick the model class.
     config = Qwen2Config(**{"architectures": ["Qwen2ForCausalLM"], **spec.config})
@@ -147,7 +156,16 @@ def write_checkpoint(spec: WriterSpec) -> Path:
     """Spawn ``world_size`` processes and write the checkpoint; returns the actor directory."""
     import torch.multiprocessing as mp
 
-    mp.spawn(_worker, args=(spec, free_port()), nprocs=spec.world_size, join=True)
+    if spec.backend == "fake":
+        ctx = mp.get_context("spawn")
+        for rank in range(spec.world_size):
+            proc = ctx.Process(target=_worker, args=(rank, spec, 0))
+            proc.start()
+            proc.join()
+            if proc.exitcode != 0:
+                raise RuntimeError(f"rank {rank} of the fake-PG writer exited with {proc.exitcode}")
+    else:
+        mp.spawn(_worker, args=(spec, free_port()), nprocs=spec.world_size, join=True)
     return Path(spec.out_root) / f"global_step_{spec.step}" / "actor"
 
 
