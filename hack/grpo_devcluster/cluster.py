@@ -68,14 +68,19 @@ class LocalCluster:
 
     def __init__(self, workdir: Path | None = None, ports: Ports | None = None,
                  pools: tuple[kwok_config.NodePool, ...] = kwok_config.DEFAULT_POOLS,
-                 ray_job_running_seconds: float = 5.0, log=sys.stderr) -> None:
+                 ray_job_running_seconds: float = 5.0, log=sys.stderr,
+                 apiserver_args: tuple[str, ...] = ()) -> None:
         self.workdir = Path(workdir or default_workdir())
         self.ports = ports or Ports()
         self.pools = pools
         self.ray_job_running_seconds = ray_job_running_seconds
         self.log = log
+        # Extra kube-apiserver flags, e.g. an audit log for the operator benchmark.
+        self.apiserver_args = apiserver_args
         self._pids: dict[str, int] = {}
         self._bins: dict[str, Path] = {}
+        # What each component was started with, so a fault test can kill it and start it again.
+        self._launched: dict[str, tuple[list[str], dict[str, str] | None]] = {}
 
     # -- paths ---------------------------------------------------------------------------------------
     @property
@@ -171,6 +176,25 @@ class LocalCluster:
     def running_pids(self) -> dict[str, int]:
         return dict(self._pids)
 
+    def kill_component(self, name: str) -> None:
+        """SIGKILL one component's process group, as a crashed node would lose it."""
+        processes.kill_group(self._pids[name])
+
+    def restart_component(self, name: str, kill: bool = True, timeout: float = 120) -> None:
+        """Stop `name` (SIGKILL by default) and start it again with the same argv; wait until it serves."""
+        if kill:
+            self.kill_component(name)
+        else:
+            processes.stop_group(self._pids[name])
+        argv, env = self._launched[name]
+        started = self._launch(name, argv, env)
+        checks = {
+            "etcd": lambda: processes.http_ok(f"http://127.0.0.1:{self.ports.etcd_client}/health"),
+            "kube-apiserver": lambda: processes.http_ok(
+                f"{self.server}/readyz", ssl.create_default_context(cafile=str(self.workdir / "pki" / "ca.crt"))),
+        }
+        processes.wait_until(name, checks.get(name, lambda: True), started, timeout)
+
     def running(self) -> dict[str, bool]:
         return {name: processes.alive(pid) for name, pid in self._pids.items()}
 
@@ -225,6 +249,7 @@ class LocalCluster:
     def _launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> processes.Started:
         started = processes.start(name, argv, self.log_dir, env)
         self._pids[name] = started.pid
+        self._launched[name] = (argv, env)
         self._save_state()
         return started
 
@@ -267,6 +292,7 @@ class LocalCluster:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true", "--profiling=false",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            *self.apiserver_args,
         ])
         context = self._tls(creds)
         processes.wait_until("kube-apiserver",

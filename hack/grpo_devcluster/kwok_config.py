@@ -76,49 +76,40 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
+# A test makes a Job's pod fail by giving it this annotation, with the message as its value.
+FAIL_POD_ANNOTATION = "devcluster.grpo.dev/fail"
+_FAIL_MESSAGE = '{{ index $.metadata.annotations "' + FAIL_POD_ANNOTATION + '" | Quote }}'
+
+
+def _terminated_containers(exit_code: int, reason: str, message: str | None = None) -> str:
+    """containerStatuses of every container of the pod, ended with `exit_code`."""
+    message_line = f"\n      message: {message}" if message else ""
+    return f"""
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: {exit_code}
+      reason: {reason}{message_line}
+      startedAt: {{{{ $now | Quote }}}}
+      finishedAt: {{{{ $now | Quote }}}}
+{{{{ end }}}}
+"""
+
+
 _POD_SUCCEEDED = _NOW + """
 conditions:
 - {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
 - {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: false
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-phase: Succeeded
-"""
+""" + _terminated_containers(0, "Completed") + "phase: Succeeded\n"
 
-# A test makes a Job's pod fail by giving it this annotation, with the message as its value.
-FAIL_POD_ANNOTATION = "devcluster.grpo.dev/fail"
-
-_POD_FAILED = _NOW + """
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: false
-  state:
-    terminated:
-      exitCode: 1
-      reason: Error
-      message: {{ index $.metadata.annotations "%s" | Quote }}
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-message: {{ index .metadata.annotations "%s" | Quote }}
-phase: Failed
-""".replace("%s", FAIL_POD_ANNOTATION)
+_POD_FAILED = (_NOW + _terminated_containers(1, "Error", _FAIL_MESSAGE)
+               + f"message: {_FAIL_MESSAGE}\nphase: Failed\n")
 
 
 STORAGE_CLASS = "devcluster-local"

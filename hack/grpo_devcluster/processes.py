@@ -127,6 +127,17 @@ def stop_group(pid: int, grace: float = 10.0) -> None:
             time.sleep(0.1)
 
 
+def kill_group(pid: int, wait: float = 10.0) -> None:
+    """SIGKILL the process group at once (no grace) and wait until it is gone."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and (alive(pid) or _group_has_members(pid)):
+        time.sleep(0.05)
+
+
 def _group_has_members(pgid: int) -> bool:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -15,6 +15,7 @@ from grpo_devcluster.cluster import LocalCluster, Ports
 from grpo_devcluster.errors import DevClusterError
 from grpo_devcluster.kwok_config import GPU_PRODUCT, POOL_LABEL
 
+from .grpojobs import set_ray_outcome
 from .kube import create_namespace, get, items, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -120,15 +121,6 @@ def _rayjob(name: str, namespace: str) -> dict:
                      "rayClusterSpec": _ray_cluster_spec(_worker_group("actor", "train", 1))}}
 
 
-def _set_outcome(cluster: LocalCluster, namespace: str, rayjob: str, status: str, message: str) -> None:
-    body = json.dumps({"status": status, "message": message, "afterSeconds": 2}).encode()
-    request = urllib.request.Request(f"{cluster.dashboard_standin_url}/-/outcomes/{namespace}/{rayjob}",
-                                     data=body, method="PUT")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=5) as response:
-        assert response.status == 200
-
-
 def _deployment_status(cluster: LocalCluster, ns: str, name: str) -> str:
     return get(cluster, "rayjob", name, "-n", ns).get("status", {}).get("jobDeploymentStatus", "")
 
@@ -137,7 +129,7 @@ def _deployment_status(cluster: LocalCluster, ns: str, name: str) -> str:
 def test_rayjob_runs_then_reaches_the_outcome_the_test_chose(cluster: LocalCluster, outcome: str,
                                                             final: str) -> None:
     ns = create_namespace(cluster, f"rayjob-{outcome.lower()}")
-    _set_outcome(cluster, ns, "train", outcome, f"simulated {outcome}")
+    set_ray_outcome(cluster, ns, "train", outcome, f"simulated {outcome}")
     cluster.apply(_rayjob("train", ns))
     wait_for("RayJob Running", lambda: _deployment_status(cluster, ns, "train") in ("Running", final), 120)
     wait_for(f"RayJob {final}", lambda: _deployment_status(cluster, ns, "train") == final, 120)

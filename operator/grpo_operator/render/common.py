@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import METRICS_PORT, Plan
+from grpo_operator.plan import METRICS_PORT, Plan, PodShape
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_LABEL = "grpo.dev/job"
@@ -85,3 +85,16 @@ def pod_metadata(spec: GRPOJobSpec, plan: Plan, component: str, **extra_labels: 
     if user and user.annotations:
         meta["annotations"] = dict(user.annotations)
     return meta
+
+
+def apply_pod_placement(pod_spec: dict[str, Any], spec: GRPOJobSpec, shape: PodShape) -> dict[str, Any]:
+    """Pinning, priority and pull secrets every pod of a job shares; returns `pod_spec` for chaining."""
+    if shape.node_selector:
+        pod_spec["nodeSelector"] = dict(shape.node_selector)
+    if shape.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in shape.tolerations]
+    if spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = image_pull_secrets(spec)
+    return pod_spec

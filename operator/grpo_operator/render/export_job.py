@@ -6,7 +6,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render.common import Volumes, image_pull_secrets, metadata, pod_metadata
+from grpo_operator.render.common import Volumes, apply_pod_placement, metadata, pod_metadata
 
 # The converter's --dtype spellings for the API's.
 CONVERTER_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "keep": "keep"}
@@ -69,14 +69,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
         "volumes": vols.volumes,
     }
     # CPU work: it runs where the Ray head would (the GPU-free placement the user chose).
-    if head.node_selector:
-        pod_spec["nodeSelector"] = dict(head.node_selector)
-    if head.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in head.tolerations]
-    if spec.scheduling.priority_class_name:
-        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
-    if spec.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = image_pull_secrets(spec)
+    apply_pod_placement(pod_spec, spec, head)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

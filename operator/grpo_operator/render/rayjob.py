@@ -15,7 +15,7 @@ from grpo_operator.plan import METRICS_PORT, Plan, PodShape, WorkerGroup
 from grpo_operator.render.common import (
     ROLE_LABEL,
     Volumes,
-    image_pull_secrets,
+    apply_pod_placement,
     metadata,
     pod_metadata,
     trainer_env,
@@ -86,14 +86,7 @@ def _pod_template(
         "containers": [container],
         "volumes": vols.volumes,
     }
-    if pod.node_selector:
-        pod_spec["nodeSelector"] = dict(pod.node_selector)
-    if pod.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in pod.tolerations]
-    if spec.scheduling.priority_class_name:
-        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
-    if spec.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = image_pull_secrets(spec)
+    apply_pod_placement(pod_spec, spec, pod)
     return {"metadata": pod_metadata(spec, plan, "trainer", **{ROLE_LABEL: role}), "spec": pod_spec}
 
 
