@@ -152,5 +152,5 @@ def job_termination_message(namespace: str, job_name: str) -> dict | None:
                 try:
                     return json.loads(terminated.message)
                 except json.JSONDecodeError:
-                    return {"error": terminated.message.strip()}
+                    return {"message": terminated.message.strip()}
     return None

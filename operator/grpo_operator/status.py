@@ -142,7 +142,7 @@ def observe_export(name: str, job: dict | None, result: dict | None, target_path
             finished=True,
         )
     if conditions.get("Failed", {}).get("status") == "True":
-        message = (result or {}).get("error") or conditions["Failed"].get("message") or "converter failed"
+        message = (result or {}).get("message") or conditions["Failed"].get("message") or "converter failed"
         fields["completionTime"] = conditions["Failed"].get("lastTransitionTime") or now()
         return Observation(
             "Failed",

@@ -64,7 +64,7 @@ def test_converter_success_records_path_step_and_size() -> None:
 
 def test_converter_failure_fails_the_job_with_the_converter_message() -> None:
     failed = observe_export("j-export", _job("Failed", "BackoffLimitExceeded"),
-                            {"error": "missing rank 3 of world size 4"})
+                            {"ok": False, "reason": "MissingRanks", "message": "missing rank 3 of world size 4"})
     assert failed.phase == "Failed"
     assert "missing rank 3 of world size 4" in failed.ready.message
     assert observe_export("j-export", _job("Failed", "BackoffLimitExceeded"), None).ready.message.endswith(
