@@ -1,0 +1,378 @@
+"""Operator at scale: N GRPOJobs created at once on a KWOK cluster of fake 8x A100 nodes.
+
+For each N (a fresh control plane each time, so one burst's garbage never slows the next) it
+measures, per job, from watch events received by this process:
+
+  ours     GRPOJob ADDED -> RayJob ADDED       (our operator's step)
+  kuberay  RayJob ADDED  -> RayCluster ADDED   (KubeRay's step in the same run: the baseline)
+  bound    GRPOJob ADDED -> last pod of the job bound to a node by kube-scheduler
+
+and for the operator process: peak RSS (VmHWM), CPU seconds during the burst, and the API requests
+it made per job, counted from the kube-apiserver audit log by user agent (kopf's aiohttp client
+says `kopf/<version>`, the kubernetes client `OpenAPI-Generator/...`; this script's own client is
+renamed so it is not counted). Finally, with `--rss-jobs`, RSS with that many (suspended)
+GRPOJobs present.
+
+  .venv/bin/python bench/operator/bench.py --nodes 250 --jobs 50 200 500 --rss-jobs 1000
+
+Not a test: it prints a table and ratios; see RESULTS.md for recorded runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from grpo_devcluster.cluster import LocalCluster, Ports
+from grpo_devcluster.kwok_config import NodePool
+from grpo_devcluster.operator_runner import OperatorProcess, install_crd
+from kubernetes import client, config, watch
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "colocated-length.yaml"
+BENCH_AGENT = "grpo-bench"
+OPERATOR_AGENTS = ("kopf/", "OpenAPI-Generator/")
+API: client.ApiClient  # set by configure_client
+
+# Everything at Metadata level (user agent, verb, resource) except the node heartbeats and leases
+# KWOK and the controllers write all the time, which would only grow the log.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "None", "resources": [{"group": "", "resources": ["nodes", "nodes/status"]}]},
+        {"level": "Metadata"},
+    ],
+}
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def job_manifest(name: str, gpus: int, suspend: bool = False) -> dict:
+    """The colocated length example on `gpus` GPUs of one node (4: two jobs share a server)."""
+    body = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    body["metadata"] = {"name": name}
+    body["spec"]["placement"]["roles"]["actor"]["gpus"] = gpus
+    if suspend:
+        body["spec"]["scheduling"] = {**body["spec"].get("scheduling", {}), "suspend": True}
+    return body
+
+
+def operator_requests(audit_lines: Iterable[str], namespace: str) -> dict[str, int]:
+    """Requests by verb the operator made that touch `namespace` (or are cluster-wide watches/lists)."""
+    counts: dict[str, int] = {}
+    for line in audit_lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        agent = event.get("userAgent", "")
+        if not agent.startswith(OPERATOR_AGENTS):
+            continue
+        ns = (event.get("objectRef") or {}).get("namespace")
+        if ns not in (None, namespace):
+            continue
+        verb = event.get("verb", "?")
+        counts[verb] = counts.get(verb, 0) + 1
+    return counts
+
+
+def vm_hwm_bytes(pid: int) -> int:
+    """Peak resident set size of `pid` as the kernel counted it."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# --------------------------------------------------------------------------- watching
+
+
+@dataclass
+class Seen:
+    """Monotonic times at which this process first saw each object, keyed by job name."""
+
+    grpojob: dict[str, float] = field(default_factory=dict)
+    rayjob: dict[str, float] = field(default_factory=dict)
+    raycluster: dict[str, float] = field(default_factory=dict)
+    pod_bound: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> pod -> time
+    pods_expected: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _watch(stop: threading.Event, list_fn, args: tuple, on_event) -> None:
+    """Watch until `stop`; re-watch on expiry. Times are taken when an event arrives here."""
+    while not stop.is_set():
+        w = watch.Watch()
+        try:
+            for event in w.stream(list_fn, *args, timeout_seconds=5):
+                on_event(time.monotonic(), event["type"], event["object"])
+                if stop.is_set():
+                    break
+        except Exception as exc:  # a benchmark watcher must outlive one failed watch
+            print(f"  watch error ({exc.__class__.__name__}: {exc}); re-watching", file=sys.stderr)
+            time.sleep(0.2)
+        finally:
+            w.stop()
+
+
+def start_watchers(namespace: str, seen: Seen, stop: threading.Event) -> None:
+    custom, core = client.CustomObjectsApi(API), client.CoreV1Api(API)
+
+    def first(table: dict[str, float], key: str | None, at: float) -> None:
+        if key:
+            with seen.lock:
+                table.setdefault(key, at)
+
+    def on_grpojob(at: float, _type: str, obj: dict) -> None:
+        first(seen.grpojob, obj["metadata"]["name"], at)
+
+    def on_rayjob(at: float, _type: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        first(seen.rayjob, name, at)
+        groups = obj["spec"]["rayClusterSpec"].get("workerGroupSpecs") or []
+        with seen.lock:
+            seen.pods_expected[name] = 1 + sum(g.get("replicas", 1) for g in groups)
+
+    def on_raycluster(at: float, _type: str, obj: dict) -> None:
+        first(seen.raycluster, (obj["metadata"].get("labels") or {}).get("grpo.dev/job"), at)
+
+    def on_pod(at: float, _type: str, pod) -> None:
+        job = (pod.metadata.labels or {}).get("grpo.dev/job")
+        if job and pod.spec.node_name:
+            with seen.lock:
+                seen.pod_bound.setdefault(job, {}).setdefault(pod.metadata.name, at)
+
+    targets = [
+        (custom.list_namespaced_custom_object, ("grpo.dev", "v1alpha1", namespace, "grpojobs"), on_grpojob),
+        (custom.list_namespaced_custom_object, ("ray.io", "v1", namespace, "rayjobs"), on_rayjob),
+        (custom.list_namespaced_custom_object, ("ray.io", "v1", namespace, "rayclusters"), on_raycluster),
+        (core.list_namespaced_pod, (namespace,), on_pod),
+    ]
+    for list_fn, args, handler in targets:
+        threading.Thread(target=_watch, args=(stop, list_fn, args, handler), daemon=True).start()
+
+
+# --------------------------------------------------------------------------- one burst
+
+
+@dataclass
+class BurstResult:
+    jobs: int
+    ours: list[float]
+    kuberay: list[float]
+    bound: list[float]
+    missing: dict[str, int]
+    cpu_seconds: float
+    peak_rss: int
+    requests: dict[str, int]
+    load: tuple[float, float, float]
+    wall: float
+
+
+def create_all(namespace: str, bodies: list[dict], workers: int = 16) -> None:
+    custom = client.CustomObjectsApi(API)
+
+    def create(body: dict) -> None:
+        custom.create_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs", body)
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(create, bodies))
+
+
+def prepare_namespace(cluster: LocalCluster, namespace: str) -> None:
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for claim in ("models", "datasets"):
+        cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": claim, "namespace": namespace},
+                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+    deadline = time.monotonic() + 60
+    while cluster.kubectl("get", "sa", "default", "-n", namespace, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no default ServiceAccount in {namespace}")
+        time.sleep(0.3)
+
+
+def run_burst(cluster: LocalCluster, operator: OperatorProcess, audit_log: Path, jobs: int, gpus: int,
+              timeout: float, settle: float) -> BurstResult:
+    namespace = f"bench-{jobs}"
+    prepare_namespace(cluster, namespace)
+    seen, stop = Seen(), threading.Event()
+    start_watchers(namespace, seen, stop)
+    time.sleep(1.0)  # the watches are open before the first create
+    names = [f"job-{i:04d}" for i in range(jobs)]
+    pid = operator.proc.pid
+    audit_offset = audit_log.stat().st_size
+    cpu_before, load = cpu_seconds(pid), os.getloadavg()
+    started = time.monotonic()
+    create_all(namespace, [job_manifest(n, gpus) for n in names])
+
+    def done() -> bool:
+        with seen.lock:
+            return all(len(seen.pod_bound.get(n, {})) >= seen.pods_expected.get(n, 1 << 30) for n in names)
+
+    while not done() and time.monotonic() - started < timeout:
+        time.sleep(0.5)
+    time.sleep(settle)  # status mirroring after the pods run belongs to the per-job cost too
+    wall = time.monotonic() - started
+    cpu = cpu_seconds(pid) - cpu_before
+    stop.set()
+    with open(audit_log, encoding="utf-8") as log:
+        log.seek(audit_offset)
+        requests = operator_requests(log, namespace)
+    with seen.lock:
+        ours = [seen.rayjob[n] - seen.grpojob[n] for n in names if n in seen.rayjob and n in seen.grpojob]
+        kuberay = [seen.raycluster[n] - seen.rayjob[n] for n in names if n in seen.raycluster and n in seen.rayjob]
+        complete = [n for n in names if len(seen.pod_bound.get(n, {})) >= seen.pods_expected.get(n, 1 << 30)]
+        bound = [max(seen.pod_bound[n].values()) - seen.grpojob[n] for n in complete if n in seen.grpojob]
+        missing = {"rayjob": jobs - len(ours), "raycluster": jobs - len(kuberay), "bound": jobs - len(bound)}
+    return BurstResult(jobs, ours, kuberay, bound, missing, cpu, vm_hwm_bytes(pid), requests, load, wall)
+
+
+def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -> tuple[int, int]:
+    """(RSS, peak RSS) of the operator once `jobs` suspended GRPOJobs and their RayJobs exist."""
+    namespace = f"rss-{jobs}"
+    prepare_namespace(cluster, namespace)
+    names = [f"idle-{i:04d}" for i in range(jobs)]
+    create_all(namespace, [job_manifest(n, 8, suspend=True) for n in names])
+    custom = client.CustomObjectsApi(API)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        items = custom.list_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs")["items"]
+        if sum((i.get("status") or {}).get("phase") == "Suspended" for i in items) == jobs:
+            break
+        time.sleep(2)
+    time.sleep(5)
+    return rss_bytes(operator.proc.pid), vm_hwm_bytes(operator.proc.pid)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def row(label: str, values: list[float]) -> str:
+    p = [percentile(values, q) for q in (50, 95, 99)]
+    return f"  {label:<28} {p[0]:8.3f} {p[1]:8.3f} {p[2]:8.3f} {max(values, default=float('nan')):8.3f}"
+
+
+def report(result: BurstResult) -> str:
+    total = sum(result.requests.values())
+    verbs = ", ".join(f"{v} {c / result.jobs:.1f}" for v, c in sorted(result.requests.items()))
+    ratio99 = percentile(result.ours, 99) / percentile(result.kuberay, 99)
+    ratio50 = percentile(result.ours, 50) / percentile(result.kuberay, 50)
+    return "\n".join([
+        f"N={result.jobs}  (load before burst {result.load[0]:.2f} {result.load[1]:.2f} {result.load[2]:.2f}; "
+        f"wall {result.wall:.0f}s)",
+        f"  {'seconds':<28} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8}",
+        row("ours: GRPOJob -> RayJob", result.ours),
+        row("KubeRay: RayJob -> RayCluster", result.kuberay),
+        row("GRPOJob -> all pods bound", result.bound),
+        f"  ratio ours/KubeRay: p50 {ratio50:.2f}  p99 {ratio99:.2f}",
+        f"  operator: CPU {result.cpu_seconds:.1f}s ({result.cpu_seconds / result.jobs * 1000:.0f} ms/job), "
+        f"peak RSS {result.peak_rss / 2**20:.0f} MiB, API requests/job {total / result.jobs:.1f} ({verbs})",
+        f"  not reached: {result.missing}",
+    ])
+
+
+# --------------------------------------------------------------------------- main
+
+
+def start_cluster(workdir: Path, nodes: int, audit_dir: Path) -> LocalCluster:
+    audit_dir.mkdir(parents=True, exist_ok=True)
+    policy = audit_dir / "policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    audit_log = audit_dir / "audit.log"
+    audit_log.unlink(missing_ok=True)
+    args = (f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}", "--audit-log-maxsize=0",
+            "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s")
+    # Ray jobs run for an hour: the benchmark measures start-up, not completion.
+    cluster = LocalCluster(workdir, Ports.free(), pools=(NodePool("train", nodes),), ray_job_running_seconds=3600,
+                           apiserver_args=args)
+    return cluster.start()
+
+
+def configure_client(cluster: LocalCluster) -> None:
+    """One ApiClient for this script, renamed so the audit log tells its requests from the operator's."""
+    global API
+    API = client.ApiClient(config.new_client_from_config(str(cluster.kubeconfig)).configuration)
+    API.user_agent = BENCH_AGENT
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=250)
+    parser.add_argument("--jobs", type=int, nargs="+", default=[50, 200, 500])
+    parser.add_argument("--gpus", type=int, default=4, help="GPUs per job (4: two jobs per 8-GPU node)")
+    parser.add_argument("--rss-jobs", type=int, default=0, help="also measure RSS with this many jobs present")
+    parser.add_argument("--timeout", type=float, default=600, help="per burst")
+    parser.add_argument("--settle", type=float, default=10, help="seconds to keep counting after the last bind")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench-operator")
+    parser.add_argument("--operator-env", action="append", default=[], help="KEY=VALUE for the operator")
+    args = parser.parse_args(argv)
+    extra_env = dict(kv.split("=", 1) for kv in args.operator_env)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    print(f"git {commit.stdout.strip()}; {os.cpu_count()} CPUs; nodes {args.nodes}; GPUs/job {args.gpus}; "
+          f"operator env {extra_env}", flush=True)
+    runs: list[tuple[int, str]] = [(n, "burst") for n in args.jobs]
+    if args.rss_jobs:
+        runs.append((args.rss_jobs, "rss"))
+    for jobs, kind in runs:
+        workdir = args.workdir / f"{kind}-{jobs}"
+        cluster = start_cluster(workdir / "cluster", args.nodes, workdir / "audit")
+        try:
+            configure_client(cluster)
+            install_crd(cluster)
+            operator = OperatorProcess(cluster, workdir / "logs", extra_env).start()
+            try:
+                if kind == "burst":
+                    result = run_burst(cluster, operator, workdir / "audit" / "audit.log", jobs, args.gpus,
+                                       args.timeout, args.settle)
+                    print(report(result), flush=True)
+                else:
+                    rss, peak = rss_with_jobs(cluster, operator, jobs)
+                    print(f"RSS with {jobs} GRPOJobs (suspended, each with its RayJob): {rss / 2**20:.0f} MiB "
+                          f"(peak {peak / 2**20:.0f} MiB; load {os.getloadavg()[0]:.2f})", flush=True)
+            finally:
+                operator.stop()
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
