@@ -1,6 +1,6 @@
 """grpo-operator: run the kopf operator.
 
-  grpo-operator [--namespace NS ...] [--standalone] [--liveness URL]
+  grpo-operator [--namespace NS ...] [--standalone | --peering NAME] [--liveness URL]
 
 Settings come from GRPO_OPERATOR_* environment variables (see settings.py); the Helm chart sets them.
 """
@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--standalone", action="store_true", help="no peering with other operator replicas (local runs)"
     )
+    parser.add_argument(
+        "--peering",
+        default=None,
+        metavar="NAME",
+        help="kopf peering object shared with other replicas (the Helm chart creates it); must exist",
+    )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     asyncio.run(
         kopf.operator(
             standalone=args.standalone,
+            peering_name=args.peering,
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=args.liveness,
