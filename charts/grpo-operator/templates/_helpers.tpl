@@ -1,0 +1,58 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "grpo-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "grpo-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "grpo-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "grpo-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "grpo-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "grpo-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "grpo-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "grpo-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "grpo-operator.peeringName" -}}
+{{- default (include "grpo-operator.fullname" .) .Values.operator.peering.name }}
+{{- end }}
+
+{{- define "grpo-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Fail early, with the reason, where the operator could not work. Only against a live cluster:
+`lookup` returns nothing offline (helm template, helm lint), where the APIs a cluster serves are unknown. */}}
+{{- define "grpo-operator.checks" -}}
+{{- $live := lookup "v1" "Namespace" "" "kube-system" }}
+{{- if and $live .Values.kuberay.requireCRD (not (.Capabilities.APIVersions.Has "ray.io/v1/RayJob")) }}
+{{- fail "kuberay.requireCRD: the cluster serves no ray.io/v1 RayJob; install the KubeRay operator first (or set kuberay.requireCRD=false)" }}
+{{- end }}
+{{- if and $live .Values.kueue.requireCRD (not (.Capabilities.APIVersions.Has "kueue.x-k8s.io/v1beta1")) }}
+{{- fail "kueue.requireCRD: the cluster serves no kueue.x-k8s.io/v1beta1 API; install Kueue first (or set kueue.requireCRD=false)" }}
+{{- end }}
+{{- end }}
