@@ -150,7 +150,7 @@ def decide(
     if unknown:
         raise ValueError(f"constraints name packages the lock does not have: {', '.join(unknown)}")
     decisions = []
-    for name, pin in sorted(lock.items()):
+    for _, pin in sorted(lock.items()):
         decisions.append(decide_one(pin, base, constraints, omit, exact))
     return decisions
 

@@ -1,0 +1,72 @@
+"""CPU: the GPU benchmark gives grpo-train and stock main_ppo the same, verl-valid settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import run_grpo
+from omegaconf import OmegaConf
+
+STEPS = 11
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> run_grpo.Paths:
+    p = run_grpo.Paths(tmp_path_factory.mktemp("bench-gpu"))
+    run_grpo.prepare_inputs(p, STEPS)
+    return p
+
+
+def test_tiny_model_has_a_chat_template_and_qwen2_config(paths: run_grpo.Paths) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(paths.model)
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    config = AutoConfig.from_pretrained(paths.model)
+    assert config.model_type == "qwen2" and config.vocab_size == len(tok)
+    assert tok.eos_token_id == config.eos_token_id
+
+
+def test_prompts_cover_every_step(paths: run_grpo.Paths) -> None:
+    rows = paths.prompts.read_text().splitlines()
+    assert len(rows) >= run_grpo.PROMPTS_PER_STEP * STEPS
+
+
+def test_stock_overrides_compose_with_verl_and_match_what_grpo_train_derives(paths: run_grpo.Paths) -> None:
+    from grpo_trainer.cli import validate_with_verl
+    from grpo_trainer.config import build_config, verl_config_dir
+    from hydra import compose, initialize_config_dir
+
+    overrides = run_grpo.stock_overrides(paths, STEPS)  # composes verl's defaults itself: outside hydra's context
+    with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
+        stock = compose(config_name="ppo_trainer", overrides=overrides)
+    validate_with_verl(stock)
+    ours = build_config(str(run_grpo.write_config(paths, STEPS)), strict=True).verl
+    differing = dict(
+        _differences(OmegaConf.to_container(stock, resolve=True), OmegaConf.to_container(ours, resolve=True))
+    )
+    assert set(differing) == {
+        "trainer.experiment_name",  # 'stock' / 'ours'
+        "actor_rollout_ref.rollout.trace.experiment_name",  # interpolates trainer.experiment_name
+        "trainer.default_local_dir",  # checkpoints-stock / checkpoints-ours
+        "trainer.logger",  # ours adds its tracking backend
+        "ray_kwargs.ray_init.runtime_env.env_vars",  # ours: its worker hook and settings
+        "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
+    }
+    assert differing["trainer.logger"] == (["console"], ["console", "grpo"])
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, tuple[Any, Any]]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            yield from _differences(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
+    elif a != b:
+        yield prefix, (a, b)
+
+
+def test_hydra_values_are_quoted_where_hydra_would_misread_them() -> None:
+    assert run_grpo.hydra_value("pkg://a.b") == "'pkg://a.b'"
+    assert run_grpo.hydra_value([True, 1, 0.5, None]) == "[true,1,0.5,null]"
