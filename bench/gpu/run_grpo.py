@@ -18,10 +18,12 @@ runs without our worker hook and tracking backend. Step times come from verl's c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -42,6 +44,9 @@ ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_DEDUP_LOGS": "0",
     "HYDRA_FULL_ERROR": "1",
+    "HF_HUB_OFFLINE": "1",  # everything is local; never reach for the hub
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
 }
 PROMPTS_PER_STEP = 16
 SAMPLES_PER_PROMPT = 4
@@ -211,23 +216,39 @@ def stream(cmd: list[str], log: Path, timeout_s: float, echo_all: bool = False) 
     env = {**os.environ, **ENV}
     start = time.monotonic()
     first_step: list[float] = []
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
-    timer = threading.Timer(timeout_s, proc.kill)
-    timer.start()
-    assert proc.stdout is not None
-    with log.open("w") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
-        for line in proc.stdout:
-            f.write(line)
-            is_step = steplog.parse_step_line(line) is not None
-            if is_step and not first_step:
-                first_step.append(time.monotonic() - start)
-            if is_step or echo_all or "Error" in line or "error:" in line:
-                print(f"[{time.monotonic() - start:7.1f}s] {line.rstrip()[:400]}", flush=True)
-    rc = proc.wait()
-    timed_out = not timer.is_alive() and rc != 0
-    timer.cancel()
+    # a session of its own, so a timeout (and the clean-up after exit) reaches Ray's and vLLM's children too
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1, start_new_session=True
+    )
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        with log.open("w") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            for line in proc.stdout:
+                f.write(line)
+                is_step = steplog.parse_step_line(line) is not None
+                if is_step and not first_step:
+                    first_step.append(time.monotonic() - start)
+                if is_step or echo_all or "Error" in line or "error:" in line:
+                    print(f"[{time.monotonic() - start:7.1f}s] {line.rstrip()[:400]}", flush=True)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        rc, timed_out = proc.wait(timeout=timeout_s), False
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        rc, timed_out = proc.wait(), True
+    reader.join(timeout=10)  # children that outlive the command may hold the pipe: end them
+    kill_group(proc.pid)
+    reader.join()
     return Streamed(rc, time.monotonic() - start, first_step[0] if first_step else None, log, timed_out)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def stop_ray() -> None:
@@ -260,6 +281,7 @@ class RunResult:
     checkpoint_bytes: int | None = None
     export: dict[str, Any] | None = None
     generation: str | None = None
+    generation_error: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
 
@@ -331,7 +353,10 @@ def run_ours(paths: Paths, steps: int, timeout_s: float) -> RunResult:
         result.checkpoint, result.checkpoint_bytes = str(ckpt), dir_size(ckpt)
         result.export = export_checkpoint(paths, "ours", timeout_s=300)
         if result.export.get("ok"):
-            result.generation = generate(paths.export)
+            try:
+                result.generation = generate(paths.export)
+            except Exception as e:  # recorded in the result, which is still written
+                result.generation_error = f"{type(e).__name__}: {e}"
     return result
 
 
@@ -386,6 +411,8 @@ def print_result(result: RunResult) -> None:
         print(f"export: {json.dumps(result.export)[:1500]}")
     if result.generation is not None:
         print(f"generation: {result.generation!r}")
+    if result.generation_error is not None:
+        print(f"generation failed: {result.generation_error}")
 
 
 def report(ours_json: Path, stock_json: Path) -> str:
