@@ -47,8 +47,13 @@ def main(argv: list[str] | None = None) -> None:
 
     import grpo_operator.handlers  # noqa: F401  registers the handlers
 
+    kopf_settings = kopf.OperatorSettings()
+    # Named namespaces need no cluster-wide view: without scanning, kopf serves exactly those and the
+    # CRDs present at start-up (no namespace/CRD watch), so single-namespace RBAC needs no ClusterRole.
+    kopf_settings.scanning.disabled = bool(namespaces)
     asyncio.run(
         kopf.operator(
+            settings=kopf_settings,
             standalone=args.standalone,
             peering_name=args.peering,
             clusterwide=not namespaces,

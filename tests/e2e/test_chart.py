@@ -1,0 +1,318 @@
+"""The Helm chart against a real control plane, the operator under the chart's RBAC, and real Prometheus.
+
+This module starts its OWN local cluster: a second operator on the session's shared cluster would
+fight the first for the same GRPOJobs. There is no container runtime (KWOK simulates pods), so the
+chart's Deployment runs only in simulation; the real operator process runs out-of-cluster with the
+args and env of that Deployment and a token of the chart's ServiceAccount (TokenRequest), which is
+what proves the chart's RBAC sufficient, while `kubectl auth can-i` and denied requests prove it
+not too wide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from grpo_devcluster import processes
+from grpo_devcluster.cluster import LocalCluster, Ports
+
+from .grpojobs import apply_job, example, wait_phase
+from .kube import create_namespace, get, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "grpo-operator"
+RULES = CHART / "files" / "prometheus-rules.yaml"
+EXAMPLE = "colocated-length"
+EXAMPLE_JOB = "qwen2-7b-length"
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    fullname: str
+
+    @property
+    def service_account(self) -> str:
+        return self.fullname
+
+    @property
+    def subject(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+@pytest.fixture(scope="module")
+def chart_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("chart-cluster"), Ports.free(), ray_job_running_seconds=2)
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def helm(cluster: LocalCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(cluster.helm_path), *args], env={**cluster.env()}, capture_output=True,
+                            text=True, timeout=300, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def install(cluster: LocalCluster, name: str, namespace: str, *values: str) -> Release:
+    """helm install into a namespace that enforces the "restricted" Pod Security Standard, and wait
+    until the Deployment is available: the apiserver admitted the pod as restricted."""
+    create_namespace(cluster, namespace)
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    set_args = [arg for value in values for arg in ("--set", value)]
+    helm(cluster, "install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s", *set_args)
+    return Release(name, namespace, f"{name}-grpo-operator")
+
+
+@pytest.fixture(scope="module")
+def release(chart_cluster: LocalCluster) -> Release:
+    return install(chart_cluster, "grpo", "grpo-system")
+
+
+def team_namespace(cluster: LocalCluster, name: str) -> str:
+    """A namespace with the `models` and `datasets` claims the example mounts."""
+    create_namespace(cluster, name)
+    for claim in ("models", "datasets"):
+        cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": claim, "namespace": name},
+                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+    return name
+
+
+def token_kubeconfig(cluster: LocalCluster, release: Release, path: Path) -> Path:
+    """The cluster's kubeconfig with the chart ServiceAccount's token (TokenRequest) as the only user."""
+    token = cluster.kubectl("create", "token", release.service_account, "-n", release.namespace,
+                            "--duration=1h").stdout.strip()
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    user = f"{release.namespace}-{release.service_account}"
+    config["users"] = [{"name": user, "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = user
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class RunningOperator:
+    log: Path
+    metrics_port: int
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+
+def deployment_container(cluster: LocalCluster, release: Release) -> dict:
+    deployment = get(cluster, "deployment", release.fullname, "-n", release.namespace)
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def loopback_command(container: dict, liveness_port: int, metrics_port: int) -> tuple[list[str], dict[str, str]]:
+    """The chart's container args and env, with its listeners moved from 0.0.0.0 to free loopback ports."""
+    args = [f"--liveness=http://127.0.0.1:{liveness_port}/healthz" if a.startswith("--liveness=") else a
+            for a in container.get("args") or []]
+    env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
+    env |= {"GRPO_OPERATOR_METRICS_HOST": "127.0.0.1", "GRPO_OPERATOR_METRICS_PORT": str(metrics_port)}
+    return args, env
+
+
+@contextlib.contextmanager
+def operator_as(cluster: LocalCluster, release: Release, workdir: Path) -> Iterator[RunningOperator]:
+    """The real operator, out-of-cluster, as the chart's Deployment would run it, with the chart SA's token."""
+    kubeconfig = token_kubeconfig(cluster, release, workdir / "kubeconfig")
+    liveness_port, metrics_port = processes.free_ports(2)
+    args, env = loopback_command(deployment_container(cluster, release), liveness_port, metrics_port)
+    assert any(a.startswith("--peering=") for a in args), args  # the chart runs with peering, not standalone
+    started = processes.start("grpo-operator", [sys.executable, "-m", "grpo_operator", *args], workdir,
+                              env={**env, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"})
+    try:
+        processes.wait_until("grpo-operator", lambda: processes.http_ok(
+            f"http://127.0.0.1:{liveness_port}/healthz"), started, 60)
+        yield RunningOperator(started.log, metrics_port)
+    finally:
+        processes.stop_group(started.pid)
+
+
+def forbidden_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text(errors="replace").splitlines() if "forbidden" in line.lower()]
+
+
+def can_i(cluster: LocalCluster, release: Release, *request: str) -> bool:
+    result = cluster.kubectl("auth", "can-i", *request, f"--as={release.subject}", check=False)
+    return result.stdout.strip() == "yes"
+
+
+# --------------------------------------------------------------------------- install
+
+
+def test_helm_install_runs_the_operator_pod_under_restricted_pod_security(
+        chart_cluster: LocalCluster, release: Release) -> None:
+    pods = get(chart_cluster, "pods", "-n", release.namespace, "-l", "app.kubernetes.io/instance=grpo")["items"]
+    assert [p["status"]["phase"] for p in pods] == ["Running"]
+    deployment = get(chart_cluster, "deployment", release.fullname, "-n", release.namespace)
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert deployment["spec"]["replicas"] == 1
+    crds = {c["metadata"]["name"] for c in get(chart_cluster, "crd")["items"]}
+    assert {"grpojobs.grpo.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} <= crds
+    get(chart_cluster, "clusterkopfpeering", release.fullname)  # raises if the peering object is missing
+
+
+def test_chart_crd_is_the_generated_one(chart_cluster: LocalCluster, release: Release) -> None:
+    installed = get(chart_cluster, "crd", "grpojobs.grpo.dev")
+    generated = yaml.safe_load((ROOT / "crds" / "grpojob.yaml").read_text())
+    assert installed["spec"]["versions"][0]["schema"] == generated["spec"]["versions"][0]["schema"]
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def test_operator_with_the_chart_rbac_reconciles_the_example_to_succeeded(
+        chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
+    namespace = team_namespace(chart_cluster, "team-chart")
+    with operator_as(chart_cluster, release, tmp_path) as operator:
+        apply_job(chart_cluster, namespace, example(EXAMPLE))
+        seen = wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
+        assert "Running" in seen
+        # The trainer's Role was created by the operator: RBAC let it grant what it holds.
+        assert get(chart_cluster, "role", "-n", namespace, "-l", f"grpo.dev/job={EXAMPLE_JOB}")["items"]
+        events = get(chart_cluster, "events", "-n", namespace,
+                     "--field-selector", f"involvedObject.name={EXAMPLE_JOB}")["items"]
+        assert {e["reason"] for e in events} >= {"Created"}
+    assert forbidden_lines(operator.log) == []
+
+
+@pytest.mark.parametrize(("request_", "allowed"), [
+    (("get", "secrets", "-n", "kube-system"), False),
+    (("list", "secrets", "-n", "team-chart"), False),
+    (("create", "clusterrolebindings"), False),
+    (("escalate", "roles.rbac.authorization.k8s.io", "-n", "team-chart"), False),
+    (("bind", "roles.rbac.authorization.k8s.io", "-n", "team-chart"), False),
+    (("delete", "grpojobs.grpo.dev", "-n", "team-chart"), False),
+    (("delete", "persistentvolumeclaims", "-n", "team-chart"), False),
+    (("create", "pods", "-n", "team-chart"), False),
+    (("patch", "clusterkopfpeerings.kopf.dev/someone-else"), False),
+    (("watch", "grpojobs.grpo.dev", "--all-namespaces"), True),
+    (("create", "rayjobs.ray.io", "-n", "team-chart"), True),
+    (("patch", "clusterkopfpeerings.kopf.dev/grpo-grpo-operator"), True),
+])
+def test_chart_rbac_allows_only_what_the_operator_does(
+        chart_cluster: LocalCluster, release: Release, request_: tuple[str, ...], allowed: bool) -> None:
+    assert can_i(chart_cluster, release, *request_) is allowed
+
+
+def test_chart_service_account_token_is_refused_secrets(
+        chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
+    kubeconfig = token_kubeconfig(chart_cluster, release, tmp_path / "kubeconfig")
+    result = subprocess.run([str(chart_cluster.kubectl_path), f"--kubeconfig={kubeconfig}",
+                             "get", "secrets", "-n", "kube-system"], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "forbidden" in result.stderr.lower()
+    allowed = subprocess.run([str(chart_cluster.kubectl_path), f"--kubeconfig={kubeconfig}",
+                              "get", "grpojobs", "-A"], capture_output=True, text=True, timeout=30)
+    assert allowed.returncode == 0, allowed.stderr  # the same token works where the chart grants access
+
+
+def test_single_namespace_mode_reconciles_there_and_is_refused_elsewhere(
+        chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
+    namespace = team_namespace(chart_cluster, "team-scoped")
+    scoped = install(chart_cluster, "scoped", "grpo-scoped", "watchNamespaces={team-scoped}")
+    assert get(chart_cluster, "clusterrole", "-l", "app.kubernetes.io/instance=scoped")["items"] == []
+    assert not can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", "team-chart")
+    assert not can_i(chart_cluster, scoped, "list", "namespaces")
+    assert can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", namespace)
+    # The cluster-wide release must not reconcile this job too: only the scoped operator runs now.
+    with operator_as(chart_cluster, scoped, tmp_path) as operator:
+        apply_job(chart_cluster, namespace, example(EXAMPLE))
+        wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
+    assert forbidden_lines(operator.log) == []
+    helm(chart_cluster, "uninstall", "scoped", "-n", "grpo-scoped", "--wait")
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+@dataclass(frozen=True)
+class Prometheus:
+    url: str
+
+    def query(self, expr: str) -> list[dict]:
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        return self._get(url)["result"]
+
+    def rule_groups(self) -> list[dict]:
+        return self._get(f"{self.url}/api/v1/rules")["groups"]
+
+    @staticmethod
+    def _get(url: str) -> dict:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(url, timeout=5) as response:
+            body = json.loads(response.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+
+def prometheus_config(metrics_port: int, rules: Path) -> dict:
+    """Scrape only the operator on loopback, keeping its own `namespace` labels as the ServiceMonitor does."""
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [{
+            "job_name": "grpo-operator",
+            "honor_labels": True,
+            "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+        }],
+    }
+
+
+@contextlib.contextmanager
+def prometheus(workdir: Path, metrics_port: int) -> Iterator[Prometheus]:
+    """The Debian package's Prometheus on 127.0.0.1 with a throw-away TSDB."""
+    config = workdir / "prometheus.yml"
+    config.write_text(yaml.safe_dump(prometheus_config(metrics_port, RULES)))
+    (port,) = processes.free_ports(1)
+    started = processes.start("prometheus", [
+        "prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], workdir)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        processes.wait_until("prometheus", lambda: processes.http_ok(f"{url}/-/ready"), started, 60)
+        yield Prometheus(url)
+    finally:
+        processes.stop_group(started.pid)
+
+
+def test_prometheus_scrapes_job_phases_from_the_operator(
+        chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
+    namespace = team_namespace(chart_cluster, "team-metrics")
+    with operator_as(chart_cluster, release, tmp_path) as operator:
+        apply_job(chart_cluster, namespace, example(EXAMPLE))
+        wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
+        with prometheus(tmp_path, operator.metrics_port) as prom:
+            succeeded = wait_for(
+                "Prometheus to return the job's phase",
+                lambda: prom.query(f'grpo_operator_job_phase{{namespace="{namespace}",grpojob="{EXAMPLE_JOB}"}}'),
+                timeout=60)
+            by_phase = {r["metric"]["phase"]: float(r["value"][1]) for r in prom.query("grpo_operator_jobs")}
+            coef = prom.query(f'grpo_operator_job_kl_coef{{namespace="{namespace}",grpojob="{EXAMPLE_JOB}"}}')
+            groups = {g["name"]: [r["name"] for r in g["rules"]] for g in prom.rule_groups()}
+    assert [(r["metric"]["phase"], r["value"][1]) for r in succeeded] == [("Succeeded", "1")]
+    assert by_phase["Succeeded"] >= 1 and by_phase["Failed"] == 0
+    assert [float(r["value"][1]) for r in coef] == [0.001]  # the CRD's default klLoss.coef
+    assert set(groups) == {"grpo-training", "grpo-operator"}  # the shipped rules load in real Prometheus
+    assert "GRPOJobRolloutStalled" in groups["grpo-training"]
