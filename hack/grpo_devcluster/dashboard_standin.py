@@ -34,7 +34,10 @@ class Outcome:
 @dataclass
 class StandinState:
     default: Outcome = field(default_factory=Outcome)
-    outcomes: dict[tuple[str, str], Outcome] = field(default_factory=dict)
+    # One outcome per attempt: KubeRay submits a new Ray job (new id) for each retry of a RayJob;
+    # the last outcome holds for any later attempt.
+    outcomes: dict[tuple[str, str], Outcome | list[Outcome]] = field(default_factory=dict)
+    attempts: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     first_seen: dict[str, float] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)
     requests: list[dict] = field(default_factory=list)
@@ -56,7 +59,13 @@ def job_info(state: StandinState, namespace: str, job_id: str, now: float) -> di
     """The JSON body of `GET /api/jobs/<id>`, in the shape of Ray's JobDetails."""
     with state.lock:
         first = state.first_seen.setdefault(job_id, now)
-        outcome = state.outcomes.get((namespace, rayjob_of(job_id)), state.default)
+        key = (namespace, rayjob_of(job_id))
+        ids = state.attempts.setdefault(key, [])
+        if job_id not in ids:
+            ids.append(job_id)
+        chosen = state.outcomes.get(key, state.default)
+        sequence = chosen if isinstance(chosen, list) else [chosen]
+        outcome = sequence[min(ids.index(job_id), len(sequence) - 1)]
         stopped = job_id in state.stopped
     start_ms = int(first * 1000)
     if stopped:
@@ -140,25 +149,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"deleted": True})
 
     def do_PUT(self) -> None:
+        """Body: one outcome {status, message, afterSeconds}, or {"attempts": [outcome, ...]} per retry."""
         _, path = self._target()
         try:
             body = self._body()
-            outcome = Outcome(status=body.get("status", "SUCCEEDED"),
-                              message=body.get("message", Outcome.message),
-                              after_seconds=float(body.get("afterSeconds", 0)))
-        except (ValueError, TypeError) as exc:
+            outcomes = [_outcome(o) for o in body["attempts"]] if "attempts" in body else [_outcome(body)]
+        except (ValueError, TypeError, KeyError) as exc:
             return self._send(400, {"error": f"bad outcome: {exc}"})
-        if outcome.status not in STATUSES:
+        if not outcomes or any(o.status not in STATUSES for o in outcomes):
             return self._send(400, {"error": f"status must be one of {sorted(STATUSES)}"})
         parts = path.strip("/").split("/")
         with self.state.lock:
             if parts == ["-", "default"]:
-                self.state.default = outcome
+                self.state.default = outcomes[0]
             elif len(parts) == 4 and parts[:2] == ["-", "outcomes"]:
-                self.state.outcomes[(parts[2], parts[3])] = outcome
+                self.state.outcomes[(parts[2], parts[3])] = outcomes
             else:
                 return self._send(404, {"error": "PUT /-/default or /-/outcomes/<namespace>/<rayjob>"})
-        self._send(200, asdict(outcome))
+        self._send(200, asdict(outcomes[0]) if len(outcomes) == 1 else {"attempts": [asdict(o) for o in outcomes]})
 
     def _control_get(self, path: str) -> None:
         with self.state.lock:
@@ -167,6 +175,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/-/healthz":
                 return self._send(200, {"ok": True})
         self._send(404, {"error": f"no such control endpoint {path}"})
+
+
+def _outcome(body: dict) -> Outcome:
+    return Outcome(status=body.get("status", "SUCCEEDED"), message=body.get("message", Outcome.message),
+                   after_seconds=float(body.get("afterSeconds", 0)))
 
 
 def make_server(port: int, default: Outcome | None = None) -> ThreadingHTTPServer:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -27,6 +28,7 @@ from grpo_operator.status import (
     merge_conditions,
     observe_export,
     observe_rayjob,
+    restart_condition,
 )
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
@@ -46,6 +48,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]
+    # Handlers are sync and wait on the API, not the CPU: asyncio's default pool (CPUs + 4 threads)
+    # queues a burst of creations behind each other (bench/operator/RESULTS.md).
+    settings.execution.max_workers = SETTINGS.max_workers
+    # Under a burst our own patches come back late; past this timeout kopf handles the stale body
+    # and runs the creation handler again (harmless, but 6 wasted requests and more lag).
+    settings.persistence.consistency_timeout = 30.0
     kube.load_config()
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
 
@@ -122,8 +130,8 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
             raise kopf.TemporaryError(problems[0][2], delay=SETTINGS.dependency_retry_seconds)
 
         created = [c for c in training_children(job_spec, job_plan) if _ensure(body, c)]
-        for child in created:
-            kopf.info(body, reason="Created", message=f"created {child.kind} {child.name}")
+        if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
+            kopf.info(body, reason="Created", message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
         fields = {
             "rayJobName": job_plan.names.rayjob,
             "configMapName": job_plan.names.configmap,
@@ -155,16 +163,30 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
         raise
     finally:
         metrics.observe_reconcile(result, time.monotonic() - started)
-    sync_status(namespace, name)
+    if not any(c.kind == "RayJob" for c in created):
+        # Resumed with the RayJob already there: it may have moved on while we were away. (A RayJob
+        # created just now has no status yet; its own events bring the status in.)
+        sync_status(namespace, name)
 
 
 def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
-    claims = {pvc.metadata.name for pvc in kube.core().list_namespaced_persistent_volume_claim(namespace).items}
+    # Read the claims the job names, not list the namespace's: every job adds a checkpoint claim,
+    # so listing costs O(jobs) per job and O(jobs^2) for a burst.
+    claims = {c for c in _claims_named(spec) if kube.exists("PersistentVolumeClaim", namespace, c)}
     configmaps: dict[str, set[str] | None] = {}
     if spec.reward.function is not None:
         cm = spec.reward.function.config_map_name
         configmaps[cm] = kube.configmap_keys(namespace, cm)
     return missing_dependencies(spec, job_plan, claims, configmaps)
+
+
+def _claims_named(spec: GRPOJobSpec) -> set[str]:
+    named = {spec.model.claim_name, spec.data.claim_name, spec.checkpoints.volume.claim_name}
+    if spec.reward.model is not None:
+        named.add(spec.reward.model.claim_name)
+    if spec.export.enabled and spec.export.target is not None:
+        named.add(spec.export.target.claim_name)
+    return {c for c in named if c}
 
 
 def _ensure(owner: kopf.Body, child: Child) -> bool:
@@ -188,8 +210,10 @@ _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
 
 @kopf.on.event("ray.io", "v1", "rayjobs", labels=_CHILD_SELECTOR)
-def rayjob_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    sync_status(namespace, labels[JOB_LABEL])
+def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    # The event carries the RayJob: no need to read it again (one GET less per KubeRay update).
+    rayjob = None if event.get("type") == "DELETED" else dict(body)
+    sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
@@ -198,7 +222,10 @@ def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def track_phase(event: dict, namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
+async def track_phase(
+    event: dict, namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> None:
+    # async: only memory is touched, so it need not wait for a worker thread behind API-bound handlers.
     if event.get("type") == "DELETED":
         metrics.forget(namespace, name)
         return
@@ -207,8 +234,14 @@ def track_phase(event: dict, namespace: str, name: str, spec: kopf.Spec, status:
         metrics.record_phase(namespace, name, status["phase"])
 
 
-def sync_status(namespace: str, name: str) -> None:
-    """Mirror the children into the GRPOJob's status; start the converter when training completed."""
+_UNREAD: Any = object()
+
+
+def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) -> None:
+    """Mirror the children into the GRPOJob's status; start the converter when training completed.
+
+    `rayjob`: the RayJob as a watch event delivered it (None: deleted); read from the API when not given.
+    """
     job = kube.get_grpojob(namespace, name)
     if job is None:
         return
@@ -219,11 +252,14 @@ def sync_status(namespace: str, name: str) -> None:
         job_spec, job_plan = _parse(name, namespace, job["spec"])
     except (ValidationError, PlanError):
         return  # reconcile() reports these
-    observation = observe_rayjob(
-        job_plan.names.rayjob, kube.get("RayJob", namespace, job_plan.names.rayjob), job_spec.export.enabled
-    )
+    if rayjob is _UNREAD:
+        rayjob = kube.get("RayJob", namespace, job_plan.names.rayjob)
+    observation = observe_rayjob(job_plan.names.rayjob, rayjob, job_spec.export.enabled)
     if observation.wants_export:
         observation = _export(job, job_spec, job_plan)
+    restarted = _restarted(status, observation, job_spec)
+    if restarted is not None:
+        observation = replace(observation, extra_conditions=(*observation.extra_conditions, restarted))
     fields = dict(observation.fields)
     if (
         observation.phase == status.get("phase")
@@ -240,6 +276,8 @@ def sync_status(namespace: str, name: str) -> None:
         (observation.ready, *observation.extra_conditions),
         fields,
     )
+    if restarted is not None:
+        kopf.event(job, type="Warning", reason=restarted.reason, message=restarted.message)
     if observation.finished:
         metrics.observe_completion(job["metadata"].get("creationTimestamp"), observation.phase)
     if observation.phase != status.get("phase"):
@@ -249,6 +287,14 @@ def sync_status(namespace: str, name: str) -> None:
             reason=observation.ready.reason,
             message=observation.ready.message,
         )
+
+
+def _restarted(status: dict, observation: Observation, job_spec: GRPOJobSpec) -> ConditionUpdate | None:
+    """A Restarted condition when KubeRay counted one more failed attempt than the status shows."""
+    restarts = int(observation.fields.get("restarts") or 0)
+    if restarts <= int(status.get("restarts") or 0):
+        return None
+    return restart_condition(restarts, job_spec.scheduling.retries, status.get("checkpoint"))
 
 
 def _same_conditions(status: dict, observation: Observation) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
@@ -26,9 +27,25 @@ def load_config() -> None:
         config.load_kube_config()
 
 
+# Transient API failures (a restarting apiserver, 429 from priority and fairness, a dropped
+# connection) are retried here with backoff, for every verb: creates are safe to repeat because a
+# repeated create answers 409 AlreadyExists, which create_if_absent treats as done, and the patches
+# are merge patches of the same content.
+TRANSIENT_RETRY = Retry(
+    total=6,
+    backoff_factor=0.25,  # 0.25, 0.5, 1, 2, 4 s (urllib3 caps at backoff_max)
+    status_forcelist=(429, 500, 502, 503, 504),
+    allowed_methods=None,
+    respect_retry_after_header=True,
+    raise_on_status=False,
+)
+
+
 @cache
 def api_client() -> client.ApiClient:
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = TRANSIENT_RETRY
+    return client.ApiClient(configuration)
 
 
 def core() -> client.CoreV1Api:

@@ -15,6 +15,8 @@ class OperatorSettings:
     metrics_port: int = 8080
     # How often a job that waits for a missing PVC or ConfigMap is checked again.
     dependency_retry_seconds: float = 30.0
+    # Threads for the (sync) handlers; they mostly wait on the API server.
+    max_workers: int = 32
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> OperatorSettings:
@@ -29,6 +31,7 @@ class OperatorSettings:
                 dependency_retry_seconds=float(
                     env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
                 ),
+                max_workers=int(env.get(prefix + "MAX_WORKERS", cls.max_workers)),
             )
         except ValueError as exc:
             raise SystemExit(f"grpo-operator: bad setting in {prefix}* environment: {exc}") from exc

@@ -110,6 +110,22 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Obse
     )
 
 
+def restart_condition(restarts: int, retries: int, checkpoint: dict | None) -> ConditionUpdate:
+    """Says that a RayJob attempt failed and which checkpoint the next attempt resumes from.
+
+    Computed when `restarts` grows, from the checkpoint the trainer last reported: with verl's
+    resume_mode=auto on the same checkpoint directory, that is where the new attempt starts.
+    """
+    where = (
+        f"resumes from checkpoint step {checkpoint['step']} ({checkpoint.get('path', '')})"
+        if checkpoint and checkpoint.get("step") is not None
+        else "no checkpoint was saved yet, so it starts from step 0"
+    )
+    return ConditionUpdate(
+        "Restarted", "True", "RayJobRetried", f"attempt {restarts + 1} of {retries + 1} after a failure; {where}"
+    )
+
+
 def observe_export(name: str, job: dict | None, result: dict | None, target_path: str | None = None) -> Observation:
     """Phase from the converter Job; `result` is the converter's JSON termination message, if any.
 
