@@ -42,6 +42,7 @@ class Release:
     name: str
     namespace: str
     fullname: str
+    notes: str
 
     @property
     def service_account(self) -> str:
@@ -76,8 +77,8 @@ def install(cluster: LocalCluster, name: str, namespace: str, *values: str) -> R
     create_namespace(cluster, namespace)
     cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     set_args = [arg for value in values for arg in ("--set", value)]
-    helm(cluster, "install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s", *set_args)
-    return Release(name, namespace, f"{name}-grpo-operator")
+    out = helm(cluster, "install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s", *set_args)
+    return Release(name, namespace, f"{name}-grpo-operator", out.stdout.split("NOTES:", 1)[-1])
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +174,13 @@ def test_helm_install_runs_the_operator_pod_under_restricted_pod_security(
     get(chart_cluster, "clusterkopfpeering", release.fullname)  # raises if the peering object is missing
 
 
+def test_install_notes_tell_how_to_apply_the_example_and_where_to_look(release: Release) -> None:
+    assert f"kubectl apply -n <namespace> -f examples/{EXAMPLE}.yaml" in release.notes
+    assert (ROOT / "examples" / f"{EXAMPLE}.yaml").is_file()
+    assert f"kubectl -n {release.namespace} logs deploy/{release.fullname}" in release.notes
+    assert "kubectl get grpojobs -n <namespace> -w" in release.notes
+
+
 def test_chart_crd_is_the_generated_one(chart_cluster: LocalCluster, release: Release) -> None:
     installed = get(chart_cluster, "crd", "grpojobs.grpo.dev")
     generated = yaml.safe_load((ROOT / "crds" / "grpojob.yaml").read_text())
@@ -194,6 +202,8 @@ def test_operator_with_the_chart_rbac_reconciles_the_example_to_succeeded(
         events = get(chart_cluster, "events", "-n", namespace,
                      "--field-selector", f"involvedObject.name={EXAMPLE_JOB}")["items"]
         assert {e["reason"] for e in events} >= {"Created"}
+        # Peering works under the chart's RBAC: the operator announced itself in its peering object.
+        assert get(chart_cluster, "clusterkopfpeering", release.fullname).get("status")
     assert forbidden_lines(operator.log) == []
 
 

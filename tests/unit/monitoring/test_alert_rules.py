@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from exported_series import exported, named_in
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "charts" / "grpo-operator" / "files" / "prometheus-rules.yaml"
@@ -77,3 +78,9 @@ def test_every_alert_has_a_severity_and_a_runbook(alert: dict[str, Any]) -> None
     assert alert["labels"]["severity"] in {"warning", "critical"}
     assert set(alert["annotations"]) >= REQUIRED_ANNOTATIONS
     assert "fix" in alert["annotations"]["runbook"] or "kubectl" in alert["annotations"]["runbook"]
+
+
+@pytest.mark.parametrize("alert", _alerts(yaml.safe_load(RULES.read_text())), ids=lambda a: a["alert"])
+def test_every_alert_reads_series_that_are_exported(alert: dict[str, Any]) -> None:
+    names = named_in(alert["expr"])
+    assert names and names <= exported(), names - exported()
