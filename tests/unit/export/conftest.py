@@ -30,13 +30,18 @@ TINY_QWEN2 = {
     "tie_word_embeddings": True,
 }
 
-# world size -> how FSDP lays out the parameters in that checkpoint
-LAYOUTS: dict[int, dict[str, object]] = {
-    1: {},
+# name -> (world size, how FSDP lays out the parameters in that checkpoint)
+LAYOUTS: dict[str, tuple[int, dict[str, object]]] = {
+    "fsdp2-w1": (1, {}),
     # 1-d mesh; down_proj and o_proj sharded on dim 1; the final norm left out of FSDP (plain tensor).
-    2: {"shard_dim1": ["mlp.down_proj.weight", "self_attn.o_proj.weight"], "ignored": ["model.norm.weight"]},
+    "fsdp2-w2": (
+        2,
+        {"shard_dim1": ["mlp.down_proj.weight", "self_attn.o_proj.weight"], "ignored": ["model.norm.weight"]},
+    ),
     # HSDP 2x2 mesh ("ddp", "fsdp"): every parameter is (Replicate(), Shard(d)); down_proj on dim 1.
-    4: {"shard_dim1": ["mlp.down_proj.weight"], "hsdp": True},
+    "fsdp2-hsdp-w4": (4, {"shard_dim1": ["mlp.down_proj.weight"], "hsdp": True}),
+    # verl's default strategy "fsdp": FSDP1 SHARDED_STATE_DICT (each key its own clone, tie invisible).
+    "fsdp1-w2": (2, {"fsdp_version": 1}),
 }
 
 
@@ -54,27 +59,28 @@ def _write(root: Path, world_size: int, **extra: object) -> Path:
 
 
 @pytest.fixture(scope="session")
-def checkpoint_for(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
-    """world size -> checkpoint root, each written at most once per session."""
-    cache: dict[int, Path] = {}
+def checkpoint_for(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """layout name -> checkpoint root, each written at most once per session."""
+    cache: dict[str, Path] = {}
 
-    def get(world: int) -> Path:
-        if world not in cache:
-            cache[world] = _write(tmp_path_factory.mktemp(f"ckpt_w{world}"), world, **LAYOUTS[world])
-        return cache[world]
+    def get(name: str) -> Path:
+        if name not in cache:
+            world, extra = LAYOUTS[name]
+            cache[name] = _write(tmp_path_factory.mktemp(f"ckpt_{name}"), world, **extra)
+        return cache[name]
 
     return get
 
 
-@pytest.fixture(scope="session", params=sorted(LAYOUTS), ids=lambda w: f"world{w}")
-def fsdp_checkpoint(request: pytest.FixtureRequest, checkpoint_for: Callable[[int], Path]) -> Path:
+@pytest.fixture(scope="session", params=list(LAYOUTS))
+def fsdp_checkpoint(request: pytest.FixtureRequest, checkpoint_for: Callable[[str], Path]) -> Path:
     """Checkpoint root (holds latest_checkpointed_iteration.txt, global_step_1/actor, reference.pt)."""
-    return checkpoint_for(int(request.param))
+    return checkpoint_for(str(request.param))
 
 
 @pytest.fixture()
-def ckpt_copy(checkpoint_for: Callable[[int], Path], tmp_path: Path) -> Path:
+def ckpt_copy(checkpoint_for: Callable[[str], Path], tmp_path: Path) -> Path:
     """A private copy of the world-size-2 checkpoint that a test may damage."""
     copy = tmp_path / "ckpt"
-    shutil.copytree(checkpoint_for(2), copy)
+    shutil.copytree(checkpoint_for("fsdp2-w2"), copy)
     return copy

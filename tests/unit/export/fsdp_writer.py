@@ -43,6 +43,9 @@ class WriterSpec:
     # group (same world size, same DeviceMesh, same fully_shard/state_dict/save code; collectives are
     # no-ops, which do not touch the saved bytes). Lets a 7B shape be written without 8 ranks of RAM.
     backend: str = "gloo"
+    # 2: fully_shard (verl strategy fsdp2). 1: FullyShardedDataParallel with a device mesh and
+    # SHARDED_STATE_DICT, which is what verl's default strategy "fsdp" saves.
+    fsdp_version: int = 2
     param_dtype: str = "float32"
     seed: int = 0
 
@@ -74,6 +77,31 @@ def _fill_local(model, seed: int, rank: int) -> None:  # type: ignore[no-untyped
             local = p._local_tensor if isinstance(p, DTensor) else p
             g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()) * 31 + rank)
             local.copy_(torch.randn(local.shape, generator=g, dtype=torch.float32).mul_(0.02))
+
+
+def _wrap_fsdp1(model, mesh, hsdp: bool):  # type: ignore[no-untyped-def]
+    """Wrap like verl's fsdp workers: one FSDP unit per decoder layer, orig params, a device mesh."""
+    import functools
+
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Qwen2DecoderLayer})
+    return FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=policy,
+        device_mesh=mesh,
+        sharding_strategy=ShardingStrategy.HYBRID_SHARD if hsdp else ShardingStrategy.FULL_SHARD,
+        use_orig_params=True,
+        device_id=torch_cpu(),
+    )
+
+
+def torch_cpu():  # type: ignore[no-untyped-def]
+    import torch
+
+    return torch.device("cpu")
 
 
 def _worker(rank: int, spec: WriterSpec, port: int) -> None:
@@ -128,9 +156,12 @@ def _worker(rank: int, spec: WriterSpec, port: int) -> None:
     def placement(p: torch.nn.Parameter) -> Shard | None:
         return Shard(1) if any(names.get(id(p), "").endswith(s) for s in spec.shard_dim1) else None
 
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh, shard_placement_fn=placement, ignored_params=ignored or None)
-    fully_shard(model, mesh=mesh, shard_placement_fn=placement, ignored_params=ignored or None)
+    if spec.fsdp_version == 1:
+        model = _wrap_fsdp1(model, mesh, spec.hsdp)
+    else:
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh, shard_placement_fn=placement, ignored_params=ignored or None)
+        fully_shard(model, mesh=mesh, shard_placement_fn=placement, ignored_params=ignored or None)
     if spec.materialize == "meta":
         model.to_empty(device="cpu")
         _fill_local(model, spec.seed, rank)

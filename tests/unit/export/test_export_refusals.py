@@ -12,6 +12,9 @@ import torch
 from grpo_trainer.export import safetensors_stream, target
 from grpo_trainer.export.cli import main
 
+# Spawns real FSDP processes once per session for its checkpoints (tens of seconds on 2 CPUs).
+pytestmark = pytest.mark.slow
+
 
 def _run(checkpoint: Path, out: Path, *extra: str) -> tuple[int, dict[str, object]]:
     log = out.parent / f"{out.name}-termination-log"

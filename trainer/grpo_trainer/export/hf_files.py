@@ -102,3 +102,34 @@ def model_card(info: CardInfo) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def declared_ties(hf_dir: Path) -> dict[str, str]:
+    """alias -> canonical parameter name for the weights this architecture ties (e.g. lm_head).
+
+    Built the way transformers decides it: instantiate the model on the meta device (no memory,
+    no weights) and see which names share one Parameter. Empty when the config does not tie or the
+    architecture cannot be built here (custom code): then nothing is dropped.
+    """
+    raw = json.loads((hf_dir / "config.json").read_text())
+    if raw.get("tie_word_embeddings") is False:
+        return {}  # the common untied case needs no transformers import
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(str(hf_dir))
+        if not getattr(config, "tie_word_embeddings", False):
+            return {}
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        model.tie_weights()
+    except Exception:
+        return {}
+    canonical: dict[int, str] = {}
+    ties: dict[str, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in canonical:
+            ties[name] = canonical[id(param)]
+        else:
+            canonical[id(param)] = name
+    return ties

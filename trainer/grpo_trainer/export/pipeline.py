@@ -18,6 +18,7 @@ from grpo_trainer.export.errors import ExportError
 from grpo_trainer.export.hf_files import (
     CardInfo,
     copy_side_files,
+    declared_ties,
     ensure_generation_config,
     load_config,
     model_card,
@@ -202,6 +203,13 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = stderr_log) -> 
     )
     config = load_config(layout.hf_dir)
     source = Source(layout)
+    # FSDP2 state dicts share the tied storage, so the tie is already known; only FSDP1 (clones per
+    # key) needs the model config's view, which costs a transformers import.
+    declared = {} if source.aliases else declared_ties(layout.hf_dir)
+    if declared:
+        adopted = source.adopt_declared_ties(declared)
+        if adopted:
+            log(f"config ties {adopted} to {[declared[a] for a in adopted]} and the values match: stored once")
     out_dtype_for = out_dtype_fn(opts.dtype)
     entries = [Entry(p.key, p.shape, out_dtype_for(p.dtype)) for p in source.plans]
     metadata = {"format": "pt"}

@@ -142,6 +142,26 @@ class Source:
         self.states: list[dict[str, Any]] = [_load_rank(p) for p in layout.rank_files]
         self.plans, self.aliases = self._plan()
 
+    def adopt_declared_ties(self, tied: dict[str, str]) -> list[str]:
+        """Store once the weights the model config declares tied (alias -> canonical name).
+
+        FSDP1's sharded state dict clones every shard, so a tied lm_head arrives as its own
+        storage and the storage check in ``_plan`` cannot see the tie. Dropping it is only right if
+        the values really are equal, so both are merged and compared; pairs that differ stay
+        separate. Returns the aliases adopted.
+        """
+        by_key = {p.key: p for p in self.plans}
+        adopted: list[str] = []
+        for alias, canonical in tied.items():
+            a, c = by_key.get(alias), by_key.get(canonical)
+            if a is None or c is None or a.shape != c.shape or a.dtype != c.dtype:
+                continue
+            if torch.equal(self.merged(a, a.dtype), self.merged(c, c.dtype)):
+                self.aliases[alias] = canonical
+                adopted.append(alias)
+        self.plans = [p for p in self.plans if p.key not in adopted]
+        return adopted
+
     def _plan(self) -> tuple[list[TensorPlan], dict[str, str]]:
         world = self.layout.world_size
         rank0 = self.states[0]
