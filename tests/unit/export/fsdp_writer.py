@@ -1,7 +1,9 @@
 """Write a verl FSDP checkpoint with real torch.distributed: gloo on CPU, one process per rank.
 
 Each rank builds the same Qwen2 model, wraps it with FSDP2 ``fully_shard`` the way verl's
-``apply_fsdp2`` does (per decoder layer, then the root), and saves through verl 0.9.1's own
+``apply_fsdp2`` does (per decoder layer, then the root) or, with ``fsdp_version=1``, with
+``FullyShardedDataParallel`` and a device mesh like verl's default ``fsdp`` strategy (which then
+saves a SHARDED_STATE_DICT), and saves through verl 0.9.1's own
 ``FSDPCheckpointManager.save_checkpoint``, so the files are exactly what a training run leaves:
 ``model_world_size_W_rank_R.pt`` (torch.save of the DTensor state dict), ``fsdp_config.json`` and
 ``huggingface/``. Knobs the converter must honour:
