@@ -295,7 +295,7 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = stderr_log) -> 
             verified = True
         res = result(unchanged=False, verified=verified)
         (tmp / MANIFEST).write_text(json.dumps(res.to_json(), indent=2) + "\n")
-        publish(tmp, opts.target)
+        publish(tmp, opts.target, durable=opts.fsync)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

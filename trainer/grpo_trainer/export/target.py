@@ -86,9 +86,18 @@ def remove_stale_temps(target: Path) -> list[Path]:
     return stale
 
 
-def publish(tmp: Path, target: Path) -> None:
-    """Make ``tmp`` the target. An existing target (empty, or --overwrite) is moved aside first."""
-    _fsync_dir(tmp)
+def publish(tmp: Path, target: Path, durable: bool = True) -> None:
+    """Make ``tmp`` the target. An existing target (empty, or --overwrite) is moved aside first.
+
+    With ``durable``, the small files (index, config, tokenizer, card) are flushed too (the shards
+    were flushed as they were finished), then the directory entries, so after a node crash the
+    target is either absent, the old one, or complete.
+    """
+    if durable:
+        for p in tmp.iterdir():
+            if p.is_file() and not p.name.endswith(".safetensors"):
+                _fsync_file(p)
+        _fsync_dir(tmp)
     if target.exists():
         old = target.parent / f".{target.name}.grpo-export-old-{os.getpid()}"
         os.rename(target, old)
@@ -96,7 +105,16 @@ def publish(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, target)
-    _fsync_dir(target.parent)
+    if durable:
+        _fsync_dir(target.parent)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
