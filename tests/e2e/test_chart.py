@@ -25,7 +25,7 @@ import yaml
 from grpo_devcluster import processes
 from grpo_devcluster.cluster import LocalCluster, Ports
 
-from .grpojobs import apply_job, example, wait_phase
+from .grpojobs import apply_job, example, set_ray_outcome, wait_phase
 from .kube import create_namespace, get, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -326,3 +326,17 @@ def test_prometheus_scrapes_job_phases_from_the_operator(
     assert [float(r["value"][1]) for r in coef] == [0.001]  # the CRD's default klLoss.coef
     assert set(groups) == {"grpo-training", "grpo-operator"}  # the shipped rules load in real Prometheus
     assert "GRPOJobRolloutStalled" in groups["grpo-training"]
+
+
+def test_failed_job_fires_its_alert_in_real_prometheus(
+        chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
+    namespace = team_namespace(chart_cluster, "team-alerts")
+    set_ray_outcome(chart_cluster, namespace, EXAMPLE_JOB, "FAILED", "vLLM engine died: CUDA out of memory")
+    with operator_as(chart_cluster, release, tmp_path) as operator:
+        apply_job(chart_cluster, namespace, example(EXAMPLE))
+        wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Failed")
+        with prometheus(tmp_path, operator.metrics_port) as prom:
+            firing = wait_for("GRPOJobFailed to fire", lambda: prom.query(
+                'ALERTS{alertname="GRPOJobFailed",alertstate="firing"}'), timeout=60)
+    assert [(a["metric"]["namespace"], a["metric"]["grpojob"], a["metric"]["severity"]) for a in firing] == [
+        (namespace, EXAMPLE_JOB, "critical")]
