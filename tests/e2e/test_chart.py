@@ -166,6 +166,11 @@ def test_helm_install_runs_the_operator_pod_under_restricted_pod_security(
         chart_cluster: LocalCluster, release: Release) -> None:
     pods = get(chart_cluster, "pods", "-n", release.namespace, "-l", "app.kubernetes.io/instance=grpo")["items"]
     assert [p["status"]["phase"] for p in pods] == ["Running"]
+    # The namespace's label is enforced: a pod without the chart's security settings is refused there.
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": release.namespace},
+             "spec": {"containers": [{"name": "c", "image": pods[0]["spec"]["containers"][0]["image"]}]}}
+    refused = chart_cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(plain), check=False)
+    assert refused.returncode != 0 and "restricted" in refused.stderr
     deployment = get(chart_cluster, "deployment", release.fullname, "-n", release.namespace)
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     assert deployment["spec"]["replicas"] == 1
