@@ -206,6 +206,34 @@ def suspend_changed(old: Any, new: Any, name: str, namespace: str, status: kopf.
     kube.patch_rayjob_suspend(namespace, status["rayJobName"], bool(new))
 
 
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def spec_changed(diff: kopf.Diff, body: kopf.Body, status: kopf.Status, **_: Any) -> None:
+    """Say so when an edit cannot reach the running job (children are rendered once, at creation).
+
+    The CRD freezes most of the spec; what it leaves editable (image, env, verl overrides, ...)
+    would otherwise change `metadata.generation` with no effect and no word to the user.
+    """
+    edited = not_applied_fields(diff)
+    if edited and status.get("phase") not in TERMINAL_PHASES:
+        kopf.warn(
+            body,
+            reason="SpecChangeNotApplied",
+            message=f"{', '.join(edited)} changed after the job started; the running job keeps the spec it was "
+            "created with (delete and re-create the GRPOJob to apply the change)",
+        )
+
+
+def not_applied_fields(diff: kopf.Diff) -> list[str]:
+    """Top-level spec fields a diff (relative to spec) touches, other than what is forwarded (suspend)."""
+    paths = {tuple(str(p) for p in d[1]) for d in diff}
+    fields = {
+        "spec." + ".".join(path[:2] if path[:1] == ("scheduling",) else path[:1])
+        for path in paths
+        if path and path != ("scheduling", "suspend")
+    }
+    return sorted(fields)
+
+
 _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
 

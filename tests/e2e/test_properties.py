@@ -1,0 +1,404 @@
+"""Bad (and good) input, generated from the pydantic model, judged by the real apiserver and KubeRay CRDs.
+
+Every leaf of GRPOJobSpec's JSON schema (the same schema the CRD is generated from) gets a strategy
+for values its constraints allow and for values they refuse. Specs are the examples with a few
+leaves changed; the model plus the planner decide which are valid:
+
+- invalid: the apiserver refuses it (server-side dry run), or, where the CRD cannot say it, the
+  operator marks the GRPOJob Invalid naming the field, and creates nothing;
+- valid: the apiserver accepts it, and the RayJob it renders is accepted by KubeRay's real CRD.
+
+Then: a missing data claim, a namespace deleted under a running job, a spec edited while running.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.operator_runner import OperatorProcess
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import PlanError, plan
+from grpo_operator.render import render_children
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from .grpojobs import apply_job, condition, example, set_ray_outcome, wait_phase
+from .kube import create_namespace, get, items, wait_for
+
+pytestmark = pytest.mark.e2e
+
+BASES = ("colocated-length", "reference-disaggregated")
+SCHEMA = GRPOJobSpec.model_json_schema(by_alias=True)
+CHILD_KINDS = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "jobs", "pvc")
+# Leaves whose refusal the apiserver cannot judge from the spec alone are still generated; the
+# few kinds of value that only make sense as objects (env, tolerations, selectors) are not leaves.
+SCALAR_TYPES = {"integer", "number", "string", "boolean"}
+
+
+# --------------------------------------------------------------------------- the model's leaves
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: tuple[str, ...]
+    schema: dict
+
+
+def _resolve(node: dict) -> dict:
+    """Inline $ref, single allOf and Optional (anyOf with null), keeping the node's own keys."""
+    while True:
+        if "$ref" in node:
+            target = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+            node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        elif "allOf" in node and len(node["allOf"]) == 1:
+            node = {**node["allOf"][0], **{k: v for k, v in node.items() if k != "allOf"}}
+        elif "anyOf" in node:
+            non_null = [n for n in node["anyOf"] if n.get("type") != "null"]
+            if len(non_null) != 1:
+                return node
+            node = {**non_null[0], **{k: v for k, v in node.items() if k != "anyOf"}}
+        else:
+            return node
+
+
+def leaves(node: dict = SCHEMA, path: tuple[str, ...] = ()) -> list[Leaf]:
+    node = _resolve(node)
+    if node.get("type") == "object" and "properties" in node:
+        return [leaf for key, sub in node["properties"].items() for leaf in leaves(sub, (*path, key))]
+    if node.get("type") in SCALAR_TYPES or "enum" in node or "const" in node:
+        return [Leaf(path, node)]
+    return []
+
+
+LEAVES = leaves()
+
+
+def cel_messages(node: Any = SCHEMA) -> set[str]:
+    """Messages of the model's CEL rules: the cross-field checks only the apiserver evaluates."""
+    if isinstance(node, dict):
+        own = {rule["message"] for rule in node.get("x-kubernetes-validations", []) if "message" in rule}
+        return own.union(*(cel_messages(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(cel_messages(v) for v in node))
+    return set()
+
+
+CEL_MESSAGES = cel_messages()
+
+
+def valid_values(schema: dict) -> st.SearchStrategy[Any]:
+    """Values the leaf's own constraints allow (cross-field rules may still refuse them)."""
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "const" in schema:
+        return st.just(schema["const"])
+    kind = schema.get("type")
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "integer":
+        low = schema.get("minimum", 0)
+        high = schema.get("maximum", low + 10_000)
+        # Small values are where the cross-field rules (GPUs per node, TP, batch sizes) live.
+        return st.one_of(st.integers(low, min(high, low + 16)), st.integers(low, high))
+    if kind == "number":
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0.0))
+        high = schema.get("maximum", low + 100.0)
+        return st.floats(low, high, exclude_min="exclusiveMinimum" in schema, allow_nan=False, width=32)
+    if kind == "string":
+        size = {"min_size": schema.get("minLength", 0), "max_size": min(schema.get("maxLength", 40), 40)}
+        if "pattern" in schema:
+            return st.from_regex(schema["pattern"], fullmatch=True).filter(
+                lambda s: size["min_size"] <= len(s) <= schema.get("maxLength", 1 << 30))
+        if "validations" in json.dumps(schema):  # paths: relative, no '..'
+            return st.from_regex(r"[a-z][a-z0-9_]{0,12}(/[a-z0-9_]{1,12}){0,2}\.(jsonl|parquet)", fullmatch=True)
+        return st.text(st.characters(codec="ascii", categories=("L", "N")), **size)
+    raise AssertionError(f"no strategy for {schema}")
+
+
+def invalid_values(schema: dict) -> st.SearchStrategy[Any]:
+    """Values the leaf's own constraints refuse: out of range, outside the enum, not matching, wrong type."""
+    options: list[st.SearchStrategy[Any]] = [st.just({"not": "a scalar"})]
+    if "enum" in schema or "const" in schema:
+        allowed = schema.get("enum", [schema.get("const")])
+        options.append(st.sampled_from(["", "Auto", "none", "sharded", "VLLM"]).filter(lambda v: v not in allowed))
+    kind = schema.get("type")
+    if kind in ("integer", "number"):
+        options.append(st.sampled_from(["12", "many", True]))
+        if "minimum" in schema:
+            options.append(st.just(schema["minimum"] - 1))
+        if "exclusiveMinimum" in schema:
+            options.append(st.just(schema["exclusiveMinimum"]))
+        if "maximum" in schema:
+            options.append(st.just(schema["maximum"] + 1))
+    if kind == "boolean":
+        options.append(st.sampled_from(["yes", 1]))
+    if kind == "string":
+        options.append(st.integers(-5, 5))
+        if schema.get("minLength", 0) >= 1:
+            options.append(st.just(""))
+        if "maxLength" in schema:
+            options.append(st.just("a" * (schema["maxLength"] + 1)))
+        if "pattern" in schema:
+            options.append(st.sampled_from(["Has Spaces", "UPPER", "-dash-", "x/../y", "ümlaut"]).filter(
+                lambda v: re.fullmatch(schema["pattern"], v) is None))
+    return st.one_of(options)
+
+
+def set_path(body: dict, path: tuple[str, ...], value: Any) -> None:
+    node = body
+    for key in path[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
+    node[path[-1]] = value
+
+
+@st.composite
+def specs(draw: st.DrawFn, invalid: bool) -> dict:
+    """A GRPOJob: an example with 0-3 allowed leaf changes and, if `invalid`, one refused change."""
+    body = copy.deepcopy(example(draw(st.sampled_from(BASES))))
+    for leaf in draw(st.lists(st.sampled_from(LEAVES), max_size=3, unique_by=lambda leaf: leaf.path)):
+        set_path(body["spec"], leaf.path, draw(valid_values(leaf.schema)))
+    if invalid:
+        kind = draw(st.sampled_from(["leaf", "leaf", "leaf", "unknown-field"]))
+        if kind == "leaf":
+            leaf = draw(st.sampled_from(LEAVES))
+            set_path(body["spec"], leaf.path, draw(invalid_values(leaf.schema)))
+        else:
+            objects = [leaf.path[:-1] for leaf in LEAVES if len(leaf.path) > 1]
+            set_path(body["spec"], (*draw(st.sampled_from(objects)), "bogusField"), 1)
+    body["metadata"]["name"] = draw(st.from_regex(r"[a-z][a-z0-9]{2,8}", fullmatch=True))
+    return body
+
+
+def judge(body: dict) -> str | None:
+    """None if the model and the planner accept the spec, else the field of their first complaint."""
+    try:
+        spec = GRPOJobSpec.model_validate(body["spec"])
+        plan(spec, name=body["metadata"]["name"], namespace="ns", default_image="grpo-trainer:test")
+    except ValidationError as exc:
+        return "spec." + ".".join(str(p) for p in exc.errors()[0]["loc"])
+    except PlanError as exc:
+        return f"spec.{exc.field}"
+    return None
+
+
+# --------------------------------------------------------------------------- apiserver access
+
+
+@pytest.fixture(scope="module")
+def api(cluster: LocalCluster, grpo_operator: OperatorProcess) -> client.ApiClient:
+    """A client of the cluster, once the GRPOJob CRD is installed (with the operator running)."""
+    return config.new_client_from_config(str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def dry_ns(cluster: LocalCluster) -> str:
+    return create_namespace(cluster, "properties-dry-run")
+
+
+def dry_run_create(api: client.ApiClient, namespace: str, body: dict) -> ApiException | None:
+    group, version = body["apiVersion"].split("/")
+    plural = {"GRPOJob": "grpojobs", "RayJob": "rayjobs"}[body["kind"]]
+    try:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            group, version, namespace, plural, body, dry_run="All", field_validation="Strict")  # as kubectl
+    except ApiException as exc:
+        return exc
+    return None
+
+
+# Specs the model refuses but the apiserver accepts: the operator must mark them Invalid.
+ACCEPTED_BUT_INVALID: list[tuple[dict, str]] = []
+COUNTS = {"valid": 0, "invalid": 0}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(body=specs(invalid=False))
+def test_every_valid_spec_is_accepted_and_renders_a_rayjob_kuberay_accepts(
+        api: client.ApiClient, dry_ns: str, body: dict) -> None:
+    if judge(body) is not None:
+        return  # an allowed change that a cross-field rule refuses: the invalid test's business
+    refused = dry_run_create(api, dry_ns, body)
+    if refused is not None:
+        # Only one of the model's own CEL rules (which pydantic does not evaluate) may refuse it.
+        assert refused.status == 422 and any(m in refused.body for m in CEL_MESSAGES), refused.body
+        return
+    COUNTS["valid"] += 1
+    spec = GRPOJobSpec.model_validate(body["spec"])
+    job_plan = plan(spec, name=body["metadata"]["name"], namespace=dry_ns, default_image="grpo-trainer:test")
+    rayjob = next(c for c in render_children(spec, job_plan) if c["kind"] == "RayJob")
+    refused = dry_run_create(api, dry_ns, rayjob)
+    assert refused is None, f"KubeRay's CRD refused the rendered RayJob: {refused.body if refused else ''}"
+
+
+@settings(max_examples=260, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(body=specs(invalid=True))
+def test_every_invalid_spec_is_refused_by_the_apiserver_or_left_for_the_operator(
+        api: client.ApiClient, dry_ns: str, body: dict) -> None:
+    problem = judge(body)
+    if problem is None:
+        return  # the "refused" value was harmless after all (e.g. a number given as an integer)
+    COUNTS["invalid"] += 1
+    refused = dry_run_create(api, dry_ns, body)
+    if refused is None:
+        ACCEPTED_BUT_INVALID.append((body, problem))
+    else:
+        assert refused.status in (400, 422), refused.body  # 400: unknown field, strict decoding
+
+
+def test_enough_specs_of_each_kind_were_judged() -> None:
+    """The two property tests above ran on at least 200 valid and 200 invalid specs."""
+    assert COUNTS["valid"] >= 200 and COUNTS["invalid"] >= 200, COUNTS
+
+
+def test_specs_only_the_operator_can_refuse_are_marked_invalid_naming_the_field(
+        cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
+    # Distinct complaints only, a handful: each is a real GRPOJob the operator must judge.
+    chosen: dict[str, dict] = {}
+    for body, field_name in ACCEPTED_BUT_INVALID:
+        chosen.setdefault(field_name, body)
+    cases = list(chosen.items())[:6]
+    for index, (_, body) in enumerate(cases):
+        body["metadata"]["name"] = f"op-invalid-{index}"
+        apply_job(cluster, team_ns, body)
+    for index, (field_name, _body) in enumerate(cases):
+        name = f"op-invalid-{index}"
+        wait_phase(cluster, team_ns, name, "Invalid")
+        valid = condition(get(cluster, "grpojob", name, "-n", team_ns), "Valid")
+        assert valid["status"] == "False"
+        assert field_name in valid["message"], (field_name, valid["message"])
+    assert grpo_operator.alive()
+    assert_no_children(cluster, team_ns)
+
+
+# --------------------------------------------------------------------------- objects, not specs
+
+
+def assert_no_children(cluster: LocalCluster, ns: str) -> None:
+    leftovers = {k: [o["metadata"]["name"] for o in items(cluster, k, "-n", ns, "-l", "grpo.dev/job")]
+                 for k in CHILD_KINDS}
+    assert all(v == [] for v in leftovers.values()), leftovers
+
+
+def claims_of(spec: Any) -> set[str]:
+    """Every claimName anywhere in a spec."""
+    if isinstance(spec, dict):
+        own = {spec["claimName"]} if isinstance(spec.get("claimName"), str) else set()
+        return own.union(*(claims_of(v) for v in spec.values()))
+    if isinstance(spec, list):
+        return set().union(*(claims_of(v) for v in spec))
+    return set()
+
+
+def test_valid_random_specs_created_then_deleted_leave_only_the_retained_checkpoints(
+        cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
+    bodies = _valid_samples(8)
+    for index, body in enumerate(bodies):
+        body["metadata"]["name"] = f"rand-{index}"
+        body["spec"].setdefault("scheduling", {})["suspend"] = True  # children, but no pods to wait for
+        for claim in claims_of(body["spec"]) - {"models", "datasets"}:
+            cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                           "metadata": {"name": claim, "namespace": team_ns},
+                           "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+        apply_job(cluster, team_ns, body)
+    for index in range(len(bodies)):
+        wait_phase(cluster, team_ns, f"rand-{index}", "Suspended")
+    cluster.kubectl("delete", "grpojobs", "--all", "-n", team_ns, "--wait=true", timeout=120)
+    wait_for("children garbage-collected", lambda: all(
+        not items(cluster, kind, "-n", team_ns, "-l", "grpo.dev/job") for kind in CHILD_KINDS if kind != "pvc"),
+        timeout=120)
+    kept = {p["metadata"]["name"] for p in items(cluster, "pvc", "-n", team_ns, "-l", "grpo.dev/job")}
+    retained = {f"rand-{i}-checkpoints" for i, b in enumerate(bodies)
+                if b["spec"].get("checkpoints", {}).get("deletePolicy", "Retain") == "Retain"
+                and not b["spec"].get("checkpoints", {}).get("volume", {}).get("claimName")}
+    wait_for("owned checkpoint claims deleted", lambda: {
+        p["metadata"]["name"] for p in items(cluster, "pvc", "-n", team_ns, "-l", "grpo.dev/job")} == retained)
+    assert kept >= retained
+    assert grpo_operator.alive()
+
+
+def _valid_samples(count: int) -> list[dict]:
+    found: list[dict] = []
+
+    @settings(max_examples=200, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(body=specs(invalid=False))
+    def collect(body: dict) -> None:
+        if len(found) < count and judge(body) is None and not body["spec"].get("checkpoints", {}).get(
+                "volume", {}).get("claimName") and body["spec"]["reward"].get("type") != "function":
+            found.append(copy.deepcopy(body))
+
+    collect()
+    assert len(found) == count
+    return found
+
+
+def test_missing_data_claim_marks_the_job_invalid_and_creates_nothing(
+        cluster: LocalCluster, team_ns: str) -> None:
+    body = example("colocated-length")
+    body["spec"]["data"]["claimName"] = "no-such-datasets"
+    apply_job(cluster, team_ns, body)
+    name = body["metadata"]["name"]
+    wait_phase(cluster, team_ns, name, "Invalid")
+    valid = condition(get(cluster, "grpojob", name, "-n", team_ns), "Valid")
+    assert valid["reason"] == "MissingPersistentVolumeClaim"
+    assert "spec.data.claimName: PersistentVolumeClaim 'no-such-datasets'" in valid["message"]
+    assert_no_children(cluster, team_ns)
+
+
+def _metric(operator: OperatorProcess, name: str) -> float:
+    import urllib.request
+    text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+        operator.metrics_url, timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_namespace_deleted_under_a_running_job_is_let_go_without_errors(
+        cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
+    body = example("colocated-length")
+    name = body["metadata"]["name"]
+    set_ray_outcome(cluster, team_ns, name, "RUNNING", "still training", after_seconds=0)
+    apply_job(cluster, team_ns, body)
+    wait_phase(cluster, team_ns, name, "Running")
+    errors_before = _metric(grpo_operator, "grpo_operator_child_create_errors_total")
+    cluster.kubectl("delete", "namespace", team_ns, "--wait=false")
+    wait_for(f"namespace {team_ns} gone",
+             lambda: cluster.kubectl("get", "namespace", team_ns, check=False).returncode != 0, timeout=180)
+    assert grpo_operator.alive()
+    assert _metric(grpo_operator, "grpo_operator_child_create_errors_total") == errors_before
+    job_series = f'grpo_operator_job_phase{{grpojob="{name}",namespace="{team_ns}"'
+    wait_for("the job's phase series dropped", lambda: _metric(grpo_operator, job_series) == 0, timeout=30)
+
+
+def test_spec_edited_while_running_keeps_the_job_and_says_the_edit_is_not_applied(
+        cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
+    body = example("colocated-length")
+    name = body["metadata"]["name"]
+    set_ray_outcome(cluster, team_ns, name, "SUCCEEDED", "done", after_seconds=8)
+    apply_job(cluster, team_ns, body)
+    wait_phase(cluster, team_ns, name, "Running")
+    rayjob_before = get(cluster, "rayjob", name, "-n", team_ns)
+    # spec.verl is the one part the CRD leaves editable (the rest is refused by CEL, see test_operator).
+    cluster.kubectl("patch", "grpojob", name, "-n", team_ns, "--type=merge", "-p", json.dumps(
+        {"spec": {"verl": {"actor_rollout_ref.actor.optim.lr": 3e-6}}}))
+    wait_phase(cluster, team_ns, name, "Succeeded", timeout=120)
+    rayjob_after = get(cluster, "rayjob", name, "-n", team_ns)
+    assert rayjob_after["metadata"]["uid"] == rayjob_before["metadata"]["uid"]
+    assert rayjob_after["spec"]["entrypoint"] == rayjob_before["spec"]["entrypoint"]
+    verl = yaml.safe_load(get(cluster, "configmap", f"{name}-verl", "-n", team_ns)["data"]["verl.yaml"])
+    assert "actor_rollout_ref.actor.optim.lr" not in verl or verl["actor_rollout_ref.actor.optim.lr"] != 3e-6
+    events = items(cluster, "events", "-n", team_ns, "--field-selector", f"involvedObject.name={name}")
+    ignored = [e for e in events if e["reason"] == "SpecChangeNotApplied"]
+    assert ignored and ignored[0]["type"] == "Warning" and "spec.verl changed" in ignored[0]["message"]
+    assert [r["metadata"]["name"] for r in items(cluster, "rayjobs", "-n", team_ns)] == [name]
