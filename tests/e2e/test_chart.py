@@ -195,13 +195,17 @@ def test_chart_crd_is_the_generated_one(chart_cluster: LocalCluster, release: Re
 # --------------------------------------------------------------------------- RBAC
 
 
-def test_operator_with_the_chart_rbac_reconciles_the_example_to_succeeded(
+def test_operator_with_the_chart_rbac_reconciles_the_examples_to_succeeded(
         chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
     namespace = team_namespace(chart_cluster, "team-chart")
     with operator_as(chart_cluster, release, tmp_path) as operator:
         apply_job(chart_cluster, namespace, example(EXAMPLE))
+        # The reference example also runs the converter Job and reads its pod's termination message.
+        apply_job(chart_cluster, namespace, example("reference-disaggregated"))
         seen = wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
         assert "Running" in seen
+        exported = wait_phase(chart_cluster, namespace, "qwen2-7b-reference", "Succeeded", timeout=180)
+        assert exported[-2:] == ["Exporting", "Succeeded"], exported
         # The trainer's Role was created by the operator: RBAC let it grant what it holds.
         assert get(chart_cluster, "role", "-n", namespace, "-l", f"grpo.dev/job={EXAMPLE_JOB}")["items"]
         events = get(chart_cluster, "events", "-n", namespace,
