@@ -337,7 +337,7 @@ def configure_client(cluster: LocalCluster) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=250)
-    parser.add_argument("--jobs", type=int, nargs="+", default=[50, 200, 500])
+    parser.add_argument("--jobs", type=int, nargs="*", default=[50, 200, 500])
     parser.add_argument("--gpus", type=int, default=4, help="GPUs per job (4: two jobs per 8-GPU node)")
     parser.add_argument("--rss-jobs", type=int, default=0, help="also measure RSS with this many jobs present")
     parser.add_argument("--timeout", type=float, default=600, help="per burst")
