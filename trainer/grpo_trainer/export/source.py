@@ -110,10 +110,11 @@ def _storage_identity(value: torch.Tensor) -> tuple[object, ...]:
 
 
 def _madvise(t: torch.Tensor, advice: int) -> int:
-    storage = t.untyped_storage()
-    ptr, size = storage.data_ptr(), storage.nbytes()
-    if size == 0:
+    """madvise over the bytes ``t`` spans (not its whole storage, which a view may share)."""
+    if t.numel() == 0:
         return 0
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    ptr, size = t.data_ptr(), extent * t.element_size()
     start = ptr - ptr % _PAGE
     return int(_libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(ptr + size - start), advice))
 
