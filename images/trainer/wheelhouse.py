@@ -17,10 +17,10 @@ Which lock packages are carried:
   shadows the base's;
 - everything else is carried.
 
-Wheels are fetched with `pip download --no-deps` for CPython 3.12 manylinux x86_64 (images/trainer/
-platform.sh's tags) and checked against the lock's sha256; antlr4-python3-runtime, which PyPI has only
-as an sdist, is built into a wheel. The folder also gets plan.txt (what was carried or left out, and why),
-constraints.txt (the substitutions) and install.sh; on the GPU host:
+Wheels are fetched with `pip download --no-deps` for CPython 3.12 manylinux x86_64 (glibc tags 2.17 to 2.39:
+the host's glibc must be at least the newest tag a fetched wheel has) and checked against the lock's sha256;
+antlr4-python3-runtime, which PyPI has only as an sdist, is built into a wheel. The folder also gets plan.txt
+(what was carried or left out, and why), constraints.txt (the substitutions) and requirements.txt; on the GPU host:
 
     pip install --no-index --no-deps --find-links DIR -r DIR/requirements.txt   # into the image's python
     # or, when the image's site-packages is read-only:
