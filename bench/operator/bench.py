@@ -39,6 +39,8 @@ from grpo_devcluster.cluster import LocalCluster, Ports
 from grpo_devcluster.kwok_config import NodePool
 from grpo_devcluster.operator_runner import OperatorProcess, install_crd
 from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "colocated-length.yaml"
@@ -211,7 +213,11 @@ def create_all(namespace: str, bodies: list[dict], workers: int = 16) -> None:
     custom = client.CustomObjectsApi(API)
 
     def create(body: dict) -> None:
-        custom.create_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs", body)
+        try:
+            custom.create_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs", body)
+        except ApiException as exc:
+            if exc.status != 409:  # a retried create that had gone through
+                raise
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         list(pool.map(create, bodies))
@@ -267,7 +273,10 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess, audit_log: Path,
 
 
 def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -> tuple[int, int]:
-    """(RSS, peak RSS) of the operator once `jobs` suspended GRPOJobs and their RayJobs exist."""
+    """(RSS, peak RSS) of the operator once `jobs` suspended GRPOJobs and their RayJobs exist.
+
+    Waits until the operator has handled every job (each has a phase), then half a minute more.
+    """
     namespace = f"rss-{jobs}"
     prepare_namespace(cluster, namespace)
     names = [f"idle-{i:04d}" for i in range(jobs)]
@@ -276,10 +285,10 @@ def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         items = custom.list_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs")["items"]
-        if sum((i.get("status") or {}).get("phase") == "Suspended" for i in items) == jobs:
+        if sum(bool((i.get("status") or {}).get("phase")) for i in items) == jobs:
             break
         time.sleep(2)
-    time.sleep(5)
+    time.sleep(30)
     return rss_bytes(operator.proc.pid), vm_hwm_bytes(operator.proc.pid)
 
 
@@ -330,7 +339,11 @@ def start_cluster(workdir: Path, nodes: int, audit_dir: Path) -> LocalCluster:
 def configure_client(cluster: LocalCluster) -> None:
     """One ApiClient for this script, renamed so the audit log tells its requests from the operator's."""
     global API
-    API = client.ApiClient(config.new_client_from_config(str(cluster.kubeconfig)).configuration)
+    configuration = config.new_client_from_config(str(cluster.kubeconfig)).configuration
+    # An overloaded apiserver answers 504/429 now and then; the benchmark retries like the operator does.
+    configuration.retries = Retry(total=8, backoff_factor=0.5, status_forcelist=(429, 500, 502, 503, 504),
+                                  allowed_methods=None, raise_on_status=False)
+    API = client.ApiClient(configuration)
     API.user_agent = BENCH_AGENT
 
 

@@ -16,6 +16,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
+from grpo_operator.settings import OperatorSettings
+
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
 
@@ -45,6 +47,9 @@ TRANSIENT_RETRY = Retry(
 def api_client() -> client.ApiClient:
     configuration = client.Configuration.get_default_copy()
     configuration.retries = TRANSIENT_RETRY
+    # One pooled connection per handler thread: with the default (5 per CPU) the extra threads
+    # open and drop a TLS connection per request ("Connection pool is full").
+    configuration.connection_pool_maxsize = OperatorSettings.from_env().max_workers
     return client.ApiClient(configuration)
 
 
