@@ -17,6 +17,8 @@ class OperatorSettings:
     dependency_retry_seconds: float = 30.0
     # Threads for the (sync) handlers; they mostly wait on the API server.
     max_workers: int = 32
+    # kopf's HTTP connections (its watches take one each); unbounded, a burst opens hundreds.
+    max_connections: int = 32
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> OperatorSettings:
@@ -32,6 +34,7 @@ class OperatorSettings:
                     env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
                 ),
                 max_workers=int(env.get(prefix + "MAX_WORKERS", cls.max_workers)),
+                max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
             )
         except ValueError as exc:
             raise SystemExit(f"grpo-operator: bad setting in {prefix}* environment: {exc}") from exc
