@@ -155,9 +155,13 @@ def invalid_values(schema: dict) -> st.SearchStrategy[Any]:
 
 
 def set_path(body: dict, path: tuple[str, ...], value: Any) -> None:
+    """body[path] = value, making (or replacing a scalar by) the objects on the way."""
     node = body
     for key in path[:-1]:
-        node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
     node[path[-1]] = value
 
 
