@@ -292,6 +292,14 @@ def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -
     return rss_bytes(operator.proc.pid), vm_hwm_bytes(operator.proc.pid)
 
 
+def rss_after_restart(operator: OperatorProcess, settle: float = 90) -> int:
+    """RSS of a freshly started operator that resumed the jobs already there (no burst behind it)."""
+    operator.kill()
+    operator.start()
+    time.sleep(settle)
+    return rss_bytes(operator.proc.pid)
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -381,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
                     rss, peak = rss_with_jobs(cluster, operator, jobs)
                     print(f"RSS with {jobs} GRPOJobs (suspended, each with its RayJob): {rss / 2**20:.0f} MiB "
                           f"(peak {peak / 2**20:.0f} MiB; load {os.getloadavg()[0]:.2f})", flush=True)
+                    resumed = rss_after_restart(operator)
+                    print(f"  after a restart that resumed them: {resumed / 2**20:.0f} MiB", flush=True)
             finally:
                 operator.stop()
         finally:
