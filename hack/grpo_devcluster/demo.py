@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .cluster import LocalCluster, Ports
 from .errors import DevClusterError
-from .operator_runner import ROOT, OperatorProcess, install_crd
+from .operator_runner import ROOT, OperatorProcess, install_crd, prepare_job_namespace
 
 NAMESPACE = "demo"
 TERMINAL = {"Succeeded", "Failed", "Invalid"}
@@ -38,11 +38,7 @@ def run(keep: bool, timeout: float) -> int:
         install_crd(cluster)
         operator = OperatorProcess(cluster, cluster.log_dir).start()
         print(f"== operator running (log: {operator.log})", flush=True)
-        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        for claim in ("models", "datasets"):
-            cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                           "metadata": {"name": claim, "namespace": NAMESPACE},
-                           "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+        prepare_job_namespace(cluster, NAMESPACE)
         examples = sorted((ROOT / "examples").glob("*.yaml"))
         for example in examples:
             print(f"== kubectl apply -n {NAMESPACE} -f {example.relative_to(ROOT)}", flush=True)

@@ -22,6 +22,22 @@ def install_crd(cluster: LocalCluster) -> None:
     cluster.wait_established("grpojobs.grpo.dev")
 
 
+EXAMPLE_CLAIMS = ("models", "datasets")
+
+
+def claim_manifest(namespace: str, name: str, size: str = "1Ti") -> dict:
+    """A ReadWriteMany PVC; the cluster's default StorageClass (KWOK-provisioned) binds it."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}}
+
+
+def prepare_job_namespace(cluster: LocalCluster, namespace: str, claims: tuple[str, ...] = EXAMPLE_CLAIMS) -> str:
+    """A namespace holding the claims the examples mount (model and data), ready for GRPOJobs."""
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    cluster.apply([claim_manifest(namespace, claim) for claim in claims])
+    return namespace
+
+
 class OperatorProcess:
     """`python -m grpo_operator --standalone` with the cluster's kubeconfig; metrics on loopback."""
 

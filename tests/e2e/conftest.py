@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.operator_runner import OperatorProcess, install_crd
+from grpo_devcluster.operator_runner import OperatorProcess, install_crd, prepare_job_namespace
 
 from .kube import create_namespace
 
@@ -28,9 +28,5 @@ def grpo_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
 def team_ns(cluster: LocalCluster, grpo_operator: OperatorProcess, request: pytest.FixtureRequest) -> str:
     """A fresh namespace with the `models` and `datasets` claims the examples mount."""
     name = f"t{next(_counter)}-{request.node.name.lower().replace('_', '-')}"[:50].rstrip("-")
-    create_namespace(cluster, name)
-    for claim in ("models", "datasets"):
-        cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                       "metadata": {"name": claim, "namespace": name},
-                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
-    return name
+    create_namespace(cluster, name)  # waits for the namespace's default ServiceAccount
+    return prepare_job_namespace(cluster, name)

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from grpo_devcluster import processes
 from grpo_devcluster.cluster import LocalCluster, Ports
+from grpo_devcluster.operator_runner import prepare_job_namespace
 
 from .grpojobs import apply_job, example, set_ray_outcome, wait_phase
 from .kube import create_namespace, get, wait_for
@@ -88,12 +89,8 @@ def release(chart_cluster: LocalCluster) -> Release:
 
 def team_namespace(cluster: LocalCluster, name: str) -> str:
     """A namespace with the `models` and `datasets` claims the example mounts."""
-    create_namespace(cluster, name)
-    for claim in ("models", "datasets"):
-        cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                       "metadata": {"name": claim, "namespace": name},
-                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
-    return name
+    create_namespace(cluster, name)  # waits for the namespace's default ServiceAccount
+    return prepare_job_namespace(cluster, name)
 
 
 def token_kubeconfig(cluster: LocalCluster, release: Release, path: Path) -> Path:

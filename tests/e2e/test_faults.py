@@ -16,7 +16,7 @@ import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster, Ports
 from grpo_devcluster.kwok_config import NodePool
-from grpo_devcluster.operator_runner import OperatorProcess, install_crd
+from grpo_devcluster.operator_runner import OperatorProcess, install_crd, prepare_job_namespace
 
 from .grpojobs import apply_job, condition, example, wait_phase
 from .kube import create_namespace, get, items, wait_for
@@ -50,12 +50,8 @@ def operator(faulty: LocalCluster) -> Iterator[OperatorProcess]:
 @pytest.fixture
 def ns(faulty: LocalCluster, operator: OperatorProcess, request: pytest.FixtureRequest) -> str:
     name = request.node.name.lower().replace("_", "-")[:50].rstrip("-")
-    create_namespace(faulty, name)
-    for claim in ("models", "datasets"):
-        faulty.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                      "metadata": {"name": claim, "namespace": name},
-                      "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
-    return name
+    create_namespace(faulty, name)  # waits for the namespace's default ServiceAccount
+    return prepare_job_namespace(faulty, name)
 
 
 def small_job(name: str, **spec_changes: object) -> dict:

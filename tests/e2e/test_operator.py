@@ -9,7 +9,7 @@ import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.kwok_config import FAIL_POD_ANNOTATION, POOL_LABEL
-from grpo_devcluster.operator_runner import OperatorProcess
+from grpo_devcluster.operator_runner import OperatorProcess, claim_manifest
 
 from .grpojobs import apply_job, condition, example, phase, set_ray_outcome, wait_phase
 from .kube import get, items, wait_for
@@ -147,9 +147,7 @@ def test_missing_cluster_objects_mark_the_job_invalid_and_create_nothing(
 def test_job_waiting_for_a_claim_starts_once_it_exists(cluster: LocalCluster, team_ns: str) -> None:
     apply_job(cluster, team_ns, example("colocated-length", model={"claimName": "late-models", "path": "m"}))
     wait_phase(cluster, team_ns, COLOCATED, "Invalid")
-    cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                   "metadata": {"name": "late-models", "namespace": team_ns},
-                   "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    cluster.apply(claim_manifest(team_ns, "late-models", "1Gi"))
     wait_phase(cluster, team_ns, COLOCATED, "Succeeded", timeout=150)
 
 

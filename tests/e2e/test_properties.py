@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.operator_runner import OperatorProcess
+from grpo_devcluster.operator_runner import OperatorProcess, claim_manifest
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import PlanError, plan
 from grpo_operator.render import render_children
@@ -312,9 +312,7 @@ def test_valid_random_specs_created_then_deleted_leave_only_the_retained_checkpo
         body["metadata"]["name"] = f"rand-{index}"
         body["spec"].setdefault("scheduling", {})["suspend"] = True  # children, but no pods to wait for
         for claim in claims_of(body["spec"]) - {"models", "datasets"}:
-            cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                           "metadata": {"name": claim, "namespace": team_ns},
-                           "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+            cluster.apply(claim_manifest(team_ns, claim, "1Gi"))
         apply_job(cluster, team_ns, body)
     for index in range(len(bodies)):
         wait_phase(cluster, team_ns, f"rand-{index}", "Suspended")
