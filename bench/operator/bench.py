@@ -9,7 +9,8 @@ measures, per job, from watch events received by this process:
 
 and for the operator process: peak RSS (VmHWM), CPU seconds during the burst, and the API requests
 it made per job, counted from the kube-apiserver audit log by user agent (kopf's aiohttp client
-says `kopf/<version>`, the kubernetes client `OpenAPI-Generator/...`; this script's own client is
+says `kopf/<version>`, the handlers' own `grpo-operator/<version>`, and commits before the handlers'
+aiohttp client the kubernetes client's `OpenAPI-Generator/...`); this script's own client is
 renamed so it is not counted). Finally, with `--rss-jobs`, RSS with that many (suspended)
 GRPOJobs present.
 
@@ -45,7 +46,7 @@ from urllib3.util.retry import Retry
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "colocated-length.yaml"
 BENCH_AGENT = "grpo-bench"
-OPERATOR_AGENTS = ("kopf/", "OpenAPI-Generator/")
+OPERATOR_AGENTS = ("kopf/", "grpo-operator/", "OpenAPI-Generator/")
 API: client.ApiClient  # set by configure_client
 
 # Everything at Metadata level (user agent, verb, resource) except the node heartbeats and leases

@@ -1,5 +1,8 @@
 """kopf handlers: thin. They parse, call the pure planners and renderers, and make idempotent calls.
 
+All are coroutines on kopf's event loop: they wait on the API server, not the CPU, so a burst of
+jobs is hundreds of awaits in flight rather than a queue in front of a thread pool.
+
 - create/resume of a GRPOJob: validate against cluster state, then create the children once.
 - any change of a child RayJob or converter Job: recompute the GRPOJob's phase and conditions.
 - a change of spec.scheduling.suspend: forwarded to the RayJob once (Kueue owns it otherwise).
@@ -7,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -38,8 +42,13 @@ SETTINGS = OperatorSettings.from_env()
 log = logging.getLogger("grpo_operator")
 
 
+def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
+    """In a pod its service account, else the kubeconfig: kopf's own readers, no client library."""
+    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+
+
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Progress and diff-base live in annotations, so status holds only what users read.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="grpo.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -49,25 +58,31 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]
-    # Handlers are sync and wait on the API, not the CPU: asyncio's default pool (CPUs + 4 threads)
-    # queues a burst of creations behind each other (bench/operator/RESULTS.md).
-    settings.execution.max_workers = SETTINGS.max_workers
     # Under a burst our own patches come back late; past this timeout kopf handles the stale body
     # and runs the creation handler again (harmless, but 6 wasted requests and more lag).
     settings.persistence.consistency_timeout = 30.0
-    kube.load_config()
+
+    async def login() -> kopf.ConnectionInfo | None:
+        return credentials(settings)
+
+    kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
 
 
+@kopf.on.cleanup()
+async def close_client(**_: Any) -> None:
+    await kube.api().close()
+
+
 @kopf.on.login()
-async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
+async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSession | None:
     """kopf's own credentials, in an HTTP session with a bounded connection pool.
 
     kopf's session allows unlimited connections: in a burst every object's worker opens its own
     TLS connection, each holding asyncio's 256 KiB SSL buffer (484 connections, 60 MB, for 300
     jobs). Requests beyond the bound wait for a free connection instead.
     """
-    info = kopf.login_via_client(**kwargs)
+    info = credentials(settings)
     if info is None:
         return None
     session = aiohttp.ClientSession(
@@ -97,7 +112,7 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _write_status(
+async def _write_status(
     namespace: str,
     name: str,
     current: dict,
@@ -112,13 +127,13 @@ def _write_status(
         "conditions": merge_conditions(current.get("conditions") or [], conditions, generation),
         **(fields or {}),
     }
-    kube.patch_grpojob_status(namespace, name, status)
+    await kube.patch_grpojob_status(namespace, name, status)
     metrics.record_phase(namespace, name, phase)
 
 
-def _refuse(body: kopf.Body, reason: str, message: str) -> None:
+async def _refuse(body: kopf.Body, reason: str, message: str) -> None:
     meta = body["metadata"]
-    _write_status(
+    await _write_status(
         meta["namespace"],
         meta["name"],
         body.get("status") or {},
@@ -131,7 +146,7 @@ def _refuse(body: kopf.Body, reason: str, message: str) -> None:
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
+async def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
     """Create the children once; refuse, with a condition and an Event, what cannot run."""
     if status.get("phase") in TERMINAL_PHASES:
         return
@@ -139,7 +154,7 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
         # The phase is written only after every child exists: a resumed (or re-run) job needs its
         # status brought up to date, not six creates answered 409. Keeps a restart of an operator
         # with hundreds of jobs from costing hundreds of times that (bench/operator/chaos.py).
-        sync_status(namespace, name)
+        await sync_status(namespace, name)
         return
     started = time.monotonic()
     result = "error"
@@ -147,21 +162,21 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
         try:
             job_spec, job_plan = _parse(name, namespace, dict(spec))
         except ValidationError as exc:
-            _refuse(body, "InvalidSpec", _validation_message(exc))
+            await _refuse(body, "InvalidSpec", _validation_message(exc))
             result = "invalid"
             raise kopf.PermanentError(_validation_message(exc)) from exc
         except PlanError as exc:
-            _refuse(body, "InvalidSpec", str(exc))
+            await _refuse(body, "InvalidSpec", str(exc))
             result = "invalid"
             raise kopf.PermanentError(str(exc)) from exc
 
-        problems = _missing(namespace, job_spec, job_plan)
+        problems = await _missing(namespace, job_spec, job_plan)
         if problems:
-            _refuse(body, problems[0][1], "; ".join(p[2] for p in problems))
+            await _refuse(body, problems[0][1], "; ".join(p[2] for p in problems))
             result = "waiting"
             raise kopf.TemporaryError(problems[0][2], delay=SETTINGS.dependency_retry_seconds)
 
-        created = [c for c in training_children(job_spec, job_plan) if _ensure(body, c)]
+        created = await _create_children(body, training_children(job_spec, job_plan))
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             kopf.info(body, reason="Created", message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
         fields = {
@@ -171,7 +186,7 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
         }
         if status.get("phase") in (None, "Invalid"):
             valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
-            _write_status(
+            await _write_status(
                 namespace,
                 name,
                 dict(status),
@@ -198,17 +213,21 @@ def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, statu
     if not any(c.kind == "RayJob" for c in created):
         # Resumed with the RayJob already there: it may have moved on while we were away. (A RayJob
         # created just now has no status yet; its own events bring the status in.)
-        sync_status(namespace, name)
+        await sync_status(namespace, name)
 
 
-def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
+async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
     # Read the claims the job names, not list the namespace's: every job adds a checkpoint claim,
     # so listing costs O(jobs) per job and O(jobs^2) for a burst.
-    claims = {c for c in _claims_named(spec) if kube.exists("PersistentVolumeClaim", namespace, c)}
-    configmaps: dict[str, set[str] | None] = {}
-    if spec.reward.function is not None:
-        cm = spec.reward.function.config_map_name
-        configmaps[cm] = kube.configmap_keys(namespace, cm)
+    # All reads at once: the job waits for one round trip, not one per claim.
+    named = sorted(_claims_named(spec))
+    cm = spec.reward.function.config_map_name if spec.reward.function is not None else None
+    found = await asyncio.gather(
+        *(kube.exists("PersistentVolumeClaim", namespace, c) for c in named),
+        *([kube.configmap_keys(namespace, cm)] if cm else []),
+    )
+    claims = {c for c, present in zip(named, found, strict=False) if present}
+    configmaps: dict[str, set[str] | None] = {cm: found[-1]} if cm else {}  # type: ignore[dict-item]
     return missing_dependencies(spec, job_plan, claims, configmaps)
 
 
@@ -221,21 +240,36 @@ def _claims_named(spec: GRPOJobSpec) -> set[str]:
     return {c for c in named if c}
 
 
-def _ensure(owner: kopf.Body, child: Child) -> bool:
+async def _create_children(owner: kopf.Body, children: list[Child]) -> list[Child]:
+    """Create what is missing; the children the RayJob's pods use first, all at once, then the RayJob.
+
+    Pods of a RayJob created earlier would be refused for a missing ServiceAccount (and KubeRay
+    would retry them later); the others do not depend on each other, so one round trip creates them.
+    """
+    first = [c for c in children if c.kind != "RayJob"]
+    last = [c for c in children if c.kind == "RayJob"]
+    created: list[Child] = []
+    for wave in (first, last):
+        results = await asyncio.gather(*(_ensure(owner, c) for c in wave))
+        created.extend(c for c, new in zip(wave, results, strict=True) if new)
+    return created
+
+
+async def _ensure(owner: kopf.Body, child: Child) -> bool:
     body = child.body
     if child.owned:
         kopf.adopt(body, owner=owner)
     else:
         body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
-    return kube.create_if_absent(body)
+    return await kube.create_if_absent(body)
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field="spec.scheduling.suspend")
-def suspend_changed(old: Any, new: Any, name: str, namespace: str, status: kopf.Status, **_: Any) -> None:
+async def suspend_changed(old: Any, new: Any, name: str, namespace: str, status: kopf.Status, **_: Any) -> None:
     """Forward a user's suspend/resume to the RayJob once; never re-assert it (Kueue toggles it too)."""
     if old is None or status.get("phase") in TERMINAL_PHASES or not status.get("rayJobName"):
         return
-    kube.patch_rayjob_suspend(namespace, status["rayJobName"], bool(new))
+    await kube.patch_rayjob_suspend(namespace, status["rayJobName"], bool(new))
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
@@ -270,22 +304,20 @@ _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
 
 @kopf.on.event("ray.io", "v1", "rayjobs", labels=_CHILD_SELECTOR)
-def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
+async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
     # The event carries the RayJob: no need to read it again (one GET less per KubeRay update).
     rayjob = None if event.get("type") == "DELETED" else dict(body)
-    sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
+    await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
-def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    sync_status(namespace, labels[JOB_LABEL])
+async def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    await sync_status(namespace, labels[JOB_LABEL])
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def track_phase(
-    event: dict, namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
-) -> None:
-    # async: only memory is touched, so it need not wait for a worker thread behind API-bound handlers.
+async def track_phase(event: dict, namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
+    # Only memory is touched: the metrics follow every job the operator sees, handled or not.
     if event.get("type") == "DELETED":
         metrics.forget(namespace, name)
         return
@@ -297,12 +329,12 @@ async def track_phase(
 _UNREAD: Any = object()
 
 
-def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) -> None:
+async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) -> None:
     """Mirror the children into the GRPOJob's status; start the converter when training completed.
 
     `rayjob`: the RayJob as a watch event delivered it (None: deleted); read from the API when not given.
     """
-    job = kube.get_grpojob(namespace, name)
+    job = await kube.get_grpojob(namespace, name)
     if job is None:
         return
     status = job.get("status") or {}
@@ -312,11 +344,11 @@ def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) -> Non
     if facts is None:
         return  # reconcile() reports these
     if rayjob is _UNREAD:
-        rayjob = kube.get("RayJob", namespace, facts.rayjob)
+        rayjob = await kube.get("RayJob", namespace, facts.rayjob)
     observation = observe_rayjob(facts.rayjob, rayjob, facts.export_enabled)
     if observation.wants_export:
         job_spec, job_plan = _parse(name, namespace, job["spec"])
-        observation = _export(job, job_spec, job_plan)
+        observation = await _export(job, job_spec, job_plan)
     restarted = _restarted(status, observation, facts.retries)
     if restarted is not None:
         observation = replace(observation, extra_conditions=(*observation.extra_conditions, restarted))
@@ -327,7 +359,7 @@ def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) -> Non
         and all(status.get(k) == v for k, v in fields.items())
     ):
         return
-    _write_status(
+    await _write_status(
         namespace,
         name,
         status,
@@ -395,21 +427,21 @@ def _same_conditions(status: dict, observation: Observation) -> bool:
     )
 
 
-def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
+async def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
     namespace = job["metadata"]["namespace"]
     export_name = job_plan.names.export_job
     step = ((job.get("status") or {}).get("checkpoint") or {}).get("step")
-    existing = kube.get("Job", namespace, export_name)
+    existing = await kube.get("Job", namespace, export_name)
     if existing is None:
         body = render_export_job(job_spec, job_plan, step)
         kopf.adopt(body, owner=job)
-        if kube.create_if_absent(body):
+        if await kube.create_if_absent(body):
             kopf.info(job, reason="Created", message=f"created converter Job {export_name}")
-        existing = kube.get("Job", namespace, export_name)
+        existing = await kube.get("Job", namespace, export_name)
     finished = any(
         c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
         for c in ((existing or {}).get("status") or {}).get("conditions") or []
     )
-    result = kube.job_termination_message(namespace, export_name) if finished else None
+    result = await kube.job_termination_message(namespace, export_name) if finished else None
     target = job_spec.export.target
     return observe_export(export_name, existing, result, target.path if target else None)

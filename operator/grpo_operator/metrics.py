@@ -50,6 +50,11 @@ _lock = threading.Lock()
 _served = False
 
 
+def _count(phase: str, delta: int) -> None:
+    # Kept per phase, not recounted over every job on each event: O(1), not O(jobs), per event.
+    JOBS.labels(phase=phase).inc(delta)
+
+
 def serve(host: str, port: int) -> None:
     global _served
     with _lock:
@@ -58,22 +63,17 @@ def serve(host: str, port: int) -> None:
             _served = True
 
 
-def _publish() -> None:
-    counts = dict.fromkeys(PHASES, 0)
-    for phase in _phases.values():
-        counts[phase] = counts.get(phase, 0) + 1
-    for phase, count in counts.items():
-        JOBS.labels(phase=phase).set(count)
-
-
 def record_phase(namespace: str, name: str, phase: str) -> None:
     with _lock:
         previous = _phases.get((namespace, name))
+        if previous == phase:
+            return
         _phases[(namespace, name)] = phase
-        if previous is not None and previous != phase:
+        if previous is not None:
             JOB_PHASE.remove(namespace, name, previous)
+            _count(previous, -1)
         JOB_PHASE.labels(namespace=namespace, grpojob=name, phase=phase).set(1)
-        _publish()
+        _count(phase, 1)
 
 
 def kl_coef(spec: Mapping[str, Any]) -> float | None:
@@ -104,8 +104,8 @@ def forget(namespace: str, name: str) -> None:
         phase = _phases.pop((namespace, name), None)
         if phase is not None:
             JOB_PHASE.remove(namespace, name, phase)
+            _count(phase, -1)
         JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
-        _publish()
 
 
 def observe_reconcile(result: str, seconds: float) -> None:

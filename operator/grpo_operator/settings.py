@@ -15,9 +15,8 @@ class OperatorSettings:
     metrics_port: int = 8080
     # How often a job that waits for a missing PVC or ConfigMap is checked again.
     dependency_retry_seconds: float = 30.0
-    # Threads for the (sync) handlers; they mostly wait on the API server.
-    max_workers: int = 32
-    # kopf's HTTP connections (its watches take one each); unbounded, a burst opens hundreds.
+    # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
+    # unbounded, a burst opens hundreds, each with its own TLS buffers.
     max_connections: int = 32
 
     @classmethod
@@ -33,7 +32,6 @@ class OperatorSettings:
                 dependency_retry_seconds=float(
                     env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
                 ),
-                max_workers=int(env.get(prefix + "MAX_WORKERS", cls.max_workers)),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
             )
         except ValueError as exc:

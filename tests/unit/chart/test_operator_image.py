@@ -44,6 +44,12 @@ def test_lock_leaves_out_the_trainer_stack() -> None:
     assert not {"torch", "verl", "vllm", "ray", "transformers"} & set(_locked())
 
 
+def test_lock_leaves_out_the_kubernetes_client() -> None:
+    # kopf imports `kubernetes` whenever it is installed (~20 MB of the operator's memory), and the
+    # operator itself talks to the API through aiohttp.
+    assert "kubernetes" not in _locked()
+
+
 def test_image_runs_as_a_numeric_non_root_user() -> None:
     users = [line.split()[1] for line in DOCKERFILE.read_text().splitlines() if line.startswith("USER ")]
     uid = users[-1].split(":")[0]

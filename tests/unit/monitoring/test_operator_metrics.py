@@ -77,3 +77,15 @@ def test_kl_coef_disappears_when_the_kl_loss_is_turned_off(job: tuple[str, str])
 )
 def test_kl_coef_of_a_spec(spec: dict, expected: float | None) -> None:
     assert metrics.kl_coef(spec) == expected
+
+
+def test_phase_counts_follow_a_job_from_phase_to_phase_and_out(job: tuple[str, str]) -> None:
+    def count(phase: str) -> float:
+        return REGISTRY.get_sample_value("grpo_operator_jobs", {"phase": phase}) or 0.0
+
+    pending, running = count("Pending"), count("Running")
+    metrics.record_phase(*job, "Pending")
+    metrics.record_phase(*job, "Running")
+    assert (count("Pending"), count("Running")) == (pending, running + 1)
+    metrics.forget(*job)
+    assert (count("Pending"), count("Running")) == (pending, running)
