@@ -345,6 +345,26 @@ def start_cluster(workdir: Path, nodes: int, audit_dir: Path) -> LocalCluster:
     return cluster.start()
 
 
+def image_python(workdir: Path) -> tuple[str, dict[str, str]]:
+    """An interpreter with exactly the operator image's packages (images/operator/requirements.lock, the
+    Dockerfile's install), and the environment that puts the working tree's grpo_operator on its path.
+
+    The dev virtualenv also holds the trainer's and the tests' packages; among them `kubernetes`, which
+    kopf imports whenever it is installed, so the dev environment overstates the image's memory.
+    """
+    venv = workdir / "operator-image-venv"
+    python = venv / "bin" / "python"
+    lock = ROOT / "images" / "operator" / "requirements.lock"
+    stamp = venv / ".lock-sha"
+    digest = subprocess.run(["sha256sum", str(lock)], capture_output=True, text=True, check=True).stdout.split()[0]
+    if not stamp.exists() or stamp.read_text() != digest:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "-r", str(lock)],
+                       check=True)
+        stamp.write_text(digest)
+    return str(python), {"PYTHONPATH": str(ROOT / "operator")}
+
+
 def configure_client(cluster: LocalCluster) -> None:
     """One ApiClient for this script, renamed so the audit log tells its requests from the operator's."""
     global API
@@ -366,11 +386,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settle", type=float, default=10, help="seconds to keep counting after the last bind")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench-operator")
     parser.add_argument("--operator-env", action="append", default=[], help="KEY=VALUE for the operator")
+    parser.add_argument("--as-image", action="store_true",
+                        help="run the operator with only the operator image's locked packages (a venv in --workdir)")
     args = parser.parse_args(argv)
     extra_env = dict(kv.split("=", 1) for kv in args.operator_env)
+    python = sys.executable
+    if args.as_image:
+        python, image_env = image_python(args.workdir)
+        extra_env = {**image_env, **extra_env}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     print(f"git {commit.stdout.strip()}; {os.cpu_count()} CPUs; nodes {args.nodes}; GPUs/job {args.gpus}; "
-          f"operator env {extra_env}", flush=True)
+          f"operator env {extra_env}; operator python {python}", flush=True)
     runs: list[tuple[int, str]] = [(n, "burst") for n in args.jobs]
     if args.rss_jobs:
         runs.append((args.rss_jobs, "rss"))
@@ -380,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             configure_client(cluster)
             install_crd(cluster)
-            operator = OperatorProcess(cluster, workdir / "logs", extra_env).start()
+            operator = OperatorProcess(cluster, workdir / "logs", extra_env, python=python).start()
             try:
                 if kind == "burst":
                     result = run_burst(cluster, operator, workdir / "audit" / "audit.log", jobs, args.gpus,

@@ -41,8 +41,10 @@ def prepare_job_namespace(cluster: LocalCluster, namespace: str, claims: tuple[s
 class OperatorProcess:
     """`python -m grpo_operator --standalone` with the cluster's kubeconfig; metrics on loopback."""
 
-    def __init__(self, cluster: LocalCluster, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, cluster: LocalCluster, log_dir: Path, extra_env: dict[str, str] | None = None,
+                 python: str = sys.executable) -> None:
         self.cluster = cluster
+        self.python = python  # another interpreter runs the operator with that one's packages (bench --as-image)
         self.log = log_dir / "grpo-operator.log"
         self.metrics_port = processes.free_ports(1)[0]
         self.liveness_port = processes.free_ports(1)[0]
@@ -59,7 +61,7 @@ class OperatorProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "grpo_operator", "--standalone",
+                [self.python, "-m", "grpo_operator", "--standalone",
                  f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz"],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         started = processes.Started("grpo-operator", self.proc.pid, self.log)

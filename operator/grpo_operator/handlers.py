@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from grpo_operator import kube, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.children import Child, missing_dependencies, training_children
+from grpo_operator.diffbase import LeanAnnotationsDiffBaseStorage
 from grpo_operator.plan import Plan, PlanError, plan
 from grpo_operator.render import render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
@@ -51,7 +52,7 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Progress and diff-base live in annotations, so status holds only what users read.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="grpo.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="grpo.dev", key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
@@ -179,25 +180,23 @@ async def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec,
         created = await _create_children(body, training_children(job_spec, job_plan))
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             kopf.info(body, reason="Created", message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
-        fields = {
-            "rayJobName": job_plan.names.rayjob,
-            "configMapName": job_plan.names.configmap,
-            "checkpointClaimName": job_plan.checkpoint_claim,
-        }
         if status.get("phase") in (None, "Invalid"):
+            # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's
+            # first events find nothing to change (rayjob_event skips a status-less RayJob).
+            initial = observe_rayjob(job_plan.names.rayjob, {}, job_spec.export.enabled)
+            fields = {
+                **initial.fields,
+                "configMapName": job_plan.names.configmap,
+                "checkpointClaimName": job_plan.checkpoint_claim,
+            }
             valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
             await _write_status(
                 namespace,
                 name,
                 dict(status),
                 body["metadata"].get("generation"),
-                "Pending",
-                (
-                    ConditionUpdate(
-                        "Ready", "False", "RayJobInitializing", f"RayJob {job_plan.names.rayjob} is starting"
-                    ),
-                    valid,
-                ),
+                initial.phase,
+                (initial.ready, valid),
                 fields,
             )
         result = "success"
@@ -307,6 +306,8 @@ _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
     # The event carries the RayJob: no need to read it again (one GET less per KubeRay update).
     rayjob = None if event.get("type") == "DELETED" else dict(body)
+    if rayjob is not None and not rayjob.get("status"):
+        return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
     await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
 
 

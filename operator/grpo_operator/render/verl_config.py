@@ -15,6 +15,10 @@ import yaml
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import METRICS_PORT, MOUNTS, Plan, verl_overrides
 
+# libyaml's emitter: the same text as the pure-Python SafeDumper, 5x faster (a job's ConfigMap is
+# rendered in the creation path). PyYAML wheels ship it; a source build may not.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def _training_keys(spec: GRPOJobSpec) -> dict[str, Any]:
     if spec.training.total_steps is not None:
@@ -153,4 +157,4 @@ def render_verl_config(spec: GRPOJobSpec, plan: Plan) -> str:
         f"# Rendered by grpo-operator for GRPOJob {plan.names.namespace}/{plan.names.job}.\n"
         "# Flat dotted keys are verl 0.9.1's; `grpo` holds the operator's extension settings.\n"
     )
-    return header + yaml.safe_dump(verl_config(spec, plan), sort_keys=False, width=120)
+    return header + yaml.dump(verl_config(spec, plan), Dumper=_DUMPER, sort_keys=False, width=120)
