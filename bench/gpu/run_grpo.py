@@ -3,7 +3,7 @@
     python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run ours    # grpo-train, checkpoint, export, generate
     python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run stock   # verl's main_ppo, same model/data/keys
     python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run both
-    python bench/gpu/run_grpo.py report OURS.json STOCK.json        # markdown tables and the ratio
+    python bench/gpu/run_grpo.py report OURS STOCK                  # ratio and phase timers (result JSONs or logs)
 
 Needs one NVIDIA GPU and the trainer image's stack (verl 0.9.1, vLLM 0.24.0, Ray). Everything else is built
 here: a tiny random Qwen2 model with a locally trained byte-level BPE tokenizer, a JSONL prompt set (converted
@@ -294,7 +294,7 @@ def summarize(run: str, cmd: list[str], s: Streamed) -> RunResult:
         wall_s=round(s.wall_s, 1),
         first_step_at_s=None if s.first_step_at_s is None else round(s.first_step_at_s, 1),
         timed_out=s.timed_out,
-        steps=[{"step": st.step, **{k: st.get(k) for k in steplog.COLUMNS}} for st in steps],
+        steps=[{"step": st.step, **{k: st.get(k) for k in steplog.SAVED}} for st in steps],
         median_step_s=steplog.median(steps, steplog.STEP_TIME),
         mean_step_s=steplog.mean(steps, steplog.STEP_TIME),
         median_throughput=steplog.median(steps, steplog.THROUGHPUT),
@@ -395,10 +395,21 @@ def save_result(result: RunResult, paths: Paths, out: Path) -> None:
             shutil.copyfileobj(src, dst)
 
 
+def steps_of(saved: list[dict[str, Any]]) -> list[steplog.Step]:
+    """The Steps of a result's `steps` list."""
+    return [steplog.Step(s["step"], {k: v for k, v in s.items() if k != "step" and v is not None}) for s in saved]
+
+
+def load_steps(path: Path) -> list[steplog.Step]:
+    """Steps from a result JSON, or from a run's log (plain or gzipped): the logs also hold every phase timer."""
+    if path.suffix == ".json":
+        return steps_of(json.loads(path.read_text())["steps"])
+    with gzip.open(path, "rt", errors="replace") if path.suffix == ".gz" else path.open(errors="replace") as f:
+        return steplog.parse_steps(f)
+
+
 def print_result(result: RunResult) -> None:
-    steps = [
-        steplog.Step(s["step"], {k: v for k, v in s.items() if k != "step" and v is not None}) for s in result.steps
-    ]
+    steps = steps_of(result.steps)
     print(f"\n== {result.run}: rc={result.rc} wall={result.wall_s}s first step line at {result.first_step_at_s}s")
     print(steplog.step_table(steps))
     print(
@@ -415,16 +426,32 @@ def print_result(result: RunResult) -> None:
         print(f"generation failed: {result.generation_error}")
 
 
-def report(ours_json: Path, stock_json: Path) -> str:
-    ours, stock = json.loads(ours_json.read_text()), json.loads(stock_json.read_text())
-    r_med = steplog.ratio(ours["median_step_s"], stock["median_step_s"])
-    r_mean = steplog.ratio(ours["mean_step_s"], stock["mean_step_s"])
-    return (
-        f"ours/stock step time, steps 2..N: median {steplog.fmt(r_med, 3)} "
-        f"({steplog.fmt(ours['median_step_s'], 3)} s / {steplog.fmt(stock['median_step_s'], 3)} s), "
-        f"mean {steplog.fmt(r_mean, 3)} ({steplog.fmt(ours['mean_step_s'], 3)} s / "
-        f"{steplog.fmt(stock['mean_step_s'], 3)} s)"
-    )
+def report(ours_path: Path, stock_path: Path) -> str:
+    """The step-time ratio ours/stock (steps 2..N) and the phase timers' medians, from result JSONs or logs."""
+    ours, stock = load_steps(ours_path), load_steps(stock_path)
+    med_o, med_s = steplog.median(ours, steplog.STEP_TIME), steplog.median(stock, steplog.STEP_TIME)
+    mean_o, mean_s = steplog.mean(ours, steplog.STEP_TIME), steplog.mean(stock, steplog.STEP_TIME)
+    n_o, n_s = len(steplog.values(ours, steplog.STEP_TIME)), len(steplog.values(stock, steplog.STEP_TIME))
+    r_med, r_mean = steplog.ratio(med_o, med_s), steplog.ratio(mean_o, mean_s)
+    lines = [
+        f"ours/stock step time, steps 2..N ({n_o} and {n_s} steps): median {steplog.fmt(r_med, 3)} "
+        f"({steplog.fmt(med_o, 3)} s / {steplog.fmt(med_s, 3)} s), mean {steplog.fmt(r_mean, 3)} "
+        f"({steplog.fmt(mean_o, 3)} s / {steplog.fmt(mean_s, 3)} s)"
+    ]
+    if (rse := steplog.ratio_of_means(ours, stock)) is not None:
+        r, se = rse
+        lines.append(
+            f"ratio of means {r:.3f} +- {se:.3f} (standard error from the step-to-step spread; "
+            f"95 % interval {r - 1.96 * se:.3f} to {r + 1.96 * se:.3f})"
+        )
+    lines += ["", "| phase (median s, steps 2..N) | ours | stock | ours/stock |", "|---|---:|---:|---:|"]
+    for phase, key in zip(steplog.PHASES, steplog.PHASE_KEYS, strict=True):
+        o, k = steplog.median(ours, key), steplog.median(stock, key)
+        if o is not None or k is not None:
+            lines.append(
+                f"| {phase} | {steplog.fmt(o, 3)} | {steplog.fmt(k, 3)} | {steplog.fmt(steplog.ratio(o, k), 3)} |"
+            )
+    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

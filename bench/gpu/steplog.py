@@ -6,6 +6,7 @@ with `(TaskRunner pid=...)`, so a step line is searched for anywhere in a line.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Iterable
@@ -22,6 +23,10 @@ RESPONSE_LENGTH = "response_length/mean"
 GEN_TIME = "timing_s/gen"
 UPDATE_TIME = "timing_s/update_actor"
 COLUMNS = (STEP_TIME, GEN_TIME, UPDATE_TIME, THROUGHPUT, REWARD, RESPONSE_LENGTH)
+# verl's per-phase timers (timing_s/<phase>) compared between the runs
+PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step")
+PHASE_KEYS = tuple(f"timing_s/{p}" for p in PHASES)
+SAVED = tuple(dict.fromkeys(COLUMNS + PHASE_KEYS))  # what a result JSON keeps of each step
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,24 @@ def mean(steps: list[Step], key: str, skip_first: bool = True) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
+def stderr(steps: list[Step], key: str, skip_first: bool = True) -> float | None:
+    """Standard error of the mean of the key's values (steps taken as independent)."""
+    vals = values(steps, key, skip_first)
+    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else None
+
+
 def ratio(ours: float | None, stock: float | None) -> float | None:
     return ours / stock if ours is not None and stock else None
+
+
+def ratio_of_means(ours: list[Step], stock: list[Step], key: str = STEP_TIME) -> tuple[float, float] | None:
+    """ours' mean over stock's mean (step 1 left out) and its standard error (delta method). The error counts
+    the step-to-step spread within the two runs only, not the run-to-run spread of the machine."""
+    m_o, m_s, e_o, e_s = mean(ours, key), mean(stock, key), stderr(ours, key), stderr(stock, key)
+    if m_o is None or not m_s or e_o is None or e_s is None:
+        return None
+    r = m_o / m_s
+    return r, r * math.sqrt((e_o / m_o) ** 2 + (e_s / m_s) ** 2)
 
 
 def fmt(value: float | None, digits: int = 2) -> str:

@@ -70,3 +70,29 @@ def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, tuple[
 def test_hydra_values_are_quoted_where_hydra_would_misread_them() -> None:
     assert run_grpo.hydra_value("pkg://a.b") == "'pkg://a.b'"
     assert run_grpo.hydra_value([True, 1, 0.5, None]) == "[true,1,0.5,null]"
+
+
+def test_report_reads_result_jsons_and_gzipped_logs_alike(tmp_path) -> None:
+    import gzip
+    import json
+
+    def log_lines(times: tuple[float, ...], ref: float) -> list[str]:
+        return [
+            f"(TaskRunnerV1 pid=1) step:{i} - timing_s/step:{t} - timing_s/ref:{ref}" for i, t in enumerate(times, 1)
+        ]
+
+    ours, stock = log_lines((40.0, 5.0, 7.0), 0.5), log_lines((30.0, 4.0, 6.0), 0.4)
+    with gzip.open(tmp_path / "ours.log.gz", "wt") as f:
+        f.write("\n".join(["$ grpo-train", *ours]) + "\n")
+    (tmp_path / "stock.log").write_text("\n".join(stock) + "\n")
+    (tmp_path / "ours.json").write_text(
+        json.dumps(
+            {"steps": [{"step": i, "timing_s/step": t, "perf/throughput": None} for i, t in ((1, 40), (2, 5), (3, 7))]}
+        )
+    )
+    from_logs = run_grpo.report(tmp_path / "ours.log.gz", tmp_path / "stock.log")
+    from_json = run_grpo.report(tmp_path / "ours.json", tmp_path / "stock.log")
+    assert "median 1.200 (6.000 s / 5.000 s), mean 1.200" in from_logs
+    assert from_logs.splitlines()[:2] == from_json.splitlines()[:2]
+    assert "| ref | 0.500 | 0.400 | 1.250 |" in from_logs
+    assert "| ref | - | 0.400 | - |" in from_json

@@ -4,16 +4,19 @@
 
 Needs an NVIDIA GPU and the trainer image's stack (verl 0.9.1, vLLM 0.24.0, Ray); skipped otherwise.
 The model (tiny random Qwen2, locally trained tokenizer) and the prompts are built by the test.
+GRPO_GPU_STEPS sets the number of steps (default 10); GRPO_GPU_OUT, a folder, keeps the run's result JSON and
+gzipped logs (as `run_grpo.py --out` writes them), so the smoke run's step times can be reported too.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 
-STEPS = 10
+STEPS = int(os.environ.get("GRPO_GPU_STEPS", "10"))
 
 
 def _gpu_stack_missing() -> str | None:
@@ -41,7 +44,10 @@ def ours(tmp_path_factory: pytest.TempPathFactory):
     paths = run_grpo.Paths(tmp_path_factory.mktemp("grpo-gpu"))
     run_grpo.prepare_inputs(paths, STEPS)
     result = run_grpo.run_ours(paths, STEPS, timeout_s=900)
+    result.versions = run_grpo.versions()
     run_grpo.print_result(result)
+    if out := os.environ.get("GRPO_GPU_OUT"):
+        run_grpo.save_result(result, paths, Path(out))
     return result
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import steplog
 
 
@@ -36,3 +37,13 @@ def test_medians_leave_out_the_warm_up_step() -> None:
 def test_a_repeated_step_keeps_its_last_line_and_steps_come_out_in_order() -> None:
     steps = steplog.parse_steps(["step:2 - timing_s/step:9", "step:1 - timing_s/step:1", "step:2 - timing_s/step:3"])
     assert [(s.step, s.get(steplog.STEP_TIME)) for s in steps] == [(1, 1.0), (2, 3.0)]
+
+
+def test_ratio_of_means_carries_the_standard_error_of_both_runs() -> None:
+    ours = steplog.parse_steps([f"step:{i} - timing_s/step:{t}" for i, t in enumerate((40.0, 5.0, 7.0), start=1)])
+    stock = steplog.parse_steps([f"step:{i} - timing_s/step:{t}" for i, t in enumerate((30.0, 4.0, 6.0), start=1)])
+    r, se = steplog.ratio_of_means(ours, stock)
+    # means 6 and 5 (step 1 left out), standard errors 1 and 1
+    assert r == 1.2
+    assert se == pytest.approx(1.2 * math.sqrt((1 / 6) ** 2 + (1 / 5) ** 2))
+    assert steplog.ratio_of_means(ours[:2], stock) is None  # one timed step: no spread
