@@ -43,6 +43,13 @@ SETTINGS = OperatorSettings.from_env()
 log = logging.getLogger("grpo_operator")
 
 
+# Server-side label selectors of the child watches, the same filters the child handlers declare.
+WATCH_SELECTORS: dict[tuple[str, str], str] = {
+    ("ray.io", "rayjobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL}",
+    ("batch", "jobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL},{COMPONENT_LABEL}=export",
+}
+
+
 def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
     """In a pod its service account, else the kubeconfig: kopf's own readers, no client library."""
     return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
@@ -62,6 +69,12 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Under a burst our own patches come back late; past this timeout kopf handles the stale body
     # and runs the creation handler again (harmless, but 6 wasted requests and more lag).
     settings.persistence.consistency_timeout = 30.0
+    # Watch only our children, filtered by the apiserver: KubeRay's submitter Jobs (one per RayJob),
+    # other teams' RayJobs and every other Job in the cluster were parsed by kopf only to be dropped.
+    for resource, selector in WATCH_SELECTORS.items():
+        settings.watching.label_selectors[resource] = selector
+    # The first listing in pages: a restart with thousands of jobs does not parse them all at once.
+    settings.watching.chunk_size = 200
 
     async def login() -> kopf.ConnectionInfo | None:
         return credentials(settings)
