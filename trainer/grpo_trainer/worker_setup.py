@@ -4,6 +4,9 @@ The driver sets `ray_kwargs.ray_init.runtime_env.worker_process_setup_hook` to t
 verl 0.9.1's run_ppo passes that runtime_env to ray.init, so Ray runs this in every worker process of
 the job (the TaskRunner actor, the worker groups, the rollout and reward servers) before any task or
 actor code. Settings arrive as environment variables of the same runtime_env.
+
+Nothing of verl is imported here: each patch waits for the verl module it patches, so a worker that
+never loads verl's resource pools or its Tracking (most of them) pays nothing for it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,12 @@ import json
 import logging
 import os
 
+from grpo_trainer.import_hooks import when_imported
+
 SETUP_HOOK = "grpo_trainer.worker_setup.setup_worker"
 ROLE_RESOURCES_ENV = "GRPO_ROLE_RESOURCES"
+POOLS_MODULE = "verl.single_controller.ray.base"
+TRACKING_MODULE = "verl.utils.tracking"
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +31,7 @@ def setup_worker() -> None:
 
     role_resources = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}")
     if role_resources:
-        placement.install(role_resources)
-    # Placement errors propagate: a worker that cannot pin its pools must not start unpinned.
-    tracking.install()
+        # Placement errors propagate (the import of verl's pools fails): a worker that cannot pin
+        # its pools must not start unpinned.
+        when_imported(POOLS_MODULE, lambda _: placement.install(role_resources))
+    when_imported(TRACKING_MODULE, lambda _: tracking.install())

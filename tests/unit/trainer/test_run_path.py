@@ -20,9 +20,14 @@ def _probe_run(self: Any, config: Any) -> None:
     import os
 
     from grpo_trainer import placement
+
+    # The hook patches verl's pools when verl's TaskRunner imports them, not before.
+    before_import = placement.installed_role_resources()
+    from verl.single_controller.ray import base  # noqa: F401  as verl's TaskRunner does
     from verl.utils.tracking import Tracking
 
     report = {
+        "role_resources_before_pools_import": before_import,
         "role_resources": placement.installed_role_resources(),
         "grpo_backend_known": "grpo" in Tracking.supported_backend,
         "job": [os.environ.get("GRPO_JOB_NAMESPACE"), os.environ.get("GRPO_JOB_NAME")],
@@ -84,6 +89,7 @@ def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
         "reward": "grpo.dev/reward",
     }
     assert report["grpo_backend_known"] is True
+    assert report["role_resources_before_pools_import"] is None  # nothing of verl loaded by the hook itself
     assert report["job"] == ["team-a", "qwen2-7b-length"]
     assert report["max_model_len"] == int((20 + 2048) * 1.2)
     train = tmp_path / "ckpt" / "data" / "train.parquet"
