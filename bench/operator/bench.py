@@ -347,7 +347,8 @@ def start_cluster(workdir: Path, nodes: int, audit_dir: Path) -> LocalCluster:
 
 def image_python(workdir: Path) -> tuple[str, dict[str, str]]:
     """An interpreter with exactly the operator image's packages (images/operator/requirements.lock, the
-    Dockerfile's install), and the environment that puts the working tree's grpo_operator on its path.
+    Dockerfile's install), and the environment that puts the working tree's grpo_operator on its path
+    and sets the image's allocator.
 
     The dev virtualenv also holds the trainer's and the tests' packages; among them `kubernetes`, which
     kopf imports whenever it is installed, so the dev environment overstates the image's memory.
@@ -362,7 +363,8 @@ def image_python(workdir: Path) -> tuple[str, dict[str, str]]:
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "-r", str(lock)],
                        check=True)
         stamp.write_text(digest)
-    return str(python), {"PYTHONPATH": str(ROOT / "operator")}
+    # The image's ENV (images/operator/Dockerfile) that changes the operator's behaviour.
+    return str(python), {"PYTHONPATH": str(ROOT / "operator"), "PYTHONMALLOC": "malloc"}
 
 
 def configure_client(cluster: LocalCluster) -> None:

@@ -20,7 +20,7 @@ import aiohttp
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import kube, metrics
+from grpo_operator import kube, memory, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.children import Child, missing_dependencies, training_children
 from grpo_operator.diffbase import LeanAnnotationsDiffBaseStorage
@@ -73,6 +73,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # other teams' RayJobs and every other Job in the cluster were parsed by kopf only to be dropped.
     for resource, selector in WATCH_SELECTORS.items():
         settings.watching.label_selectors[resource] = selector
+    # kopf keeps a worker per object, holding its latest body, for this long after its last event;
+    # at kopf's 5 s every object of a burst or a restart is held at once (bench/operator/RESULTS.md).
+    settings.batching.idle_timeout = SETTINGS.worker_idle_seconds
     # The first listing in pages: a restart with thousands of jobs does not parse them all at once.
     settings.watching.chunk_size = 200
 
@@ -81,10 +84,16 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
     kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
+    _background.extend(t for t in (memory.start_trimming(SETTINGS.heap_trim_seconds),) if t is not None)
+
+
+_background: list[asyncio.Task] = []
 
 
 @kopf.on.cleanup()
 async def close_client(**_: Any) -> None:
+    for task in _background:
+        task.cancel()
     await kube.api().close()
 
 
@@ -100,7 +109,9 @@ async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSessio
     if info is None:
         return None
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=SETTINGS.max_connections, ssl=info.as_ssl_context()),
+        connector=aiohttp.TCPConnector(
+            limit=SETTINGS.max_connections, keepalive_timeout=kube.KEEPALIVE_SECONDS, ssl=info.as_ssl_context()
+        ),
         headers=info.as_http_headers(),  # basic auth or token, as kopf's own session sends them
         proxy=info.proxy_url,
         trust_env=info.trust_env,

@@ -28,6 +28,9 @@ GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = f"grpo-operator/{__version__}"
+# An idle TLS connection holds asyncio's 256 KiB read buffer: a burst opens the whole pool, and at
+# aiohttp's default 15 s keep-alive a steady trickle of events keeps it all open afterwards.
+KEEPALIVE_SECONDS = 2.0
 
 log = logging.getLogger("grpo_operator.kube")
 
@@ -136,7 +139,9 @@ class Client:
                 await self._session.close()
             headers = {**info.as_http_headers(), "User-Agent": USER_AGENT}
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=info.as_ssl_context()),
+                connector=aiohttp.TCPConnector(
+                    limit=self._max_connections, keepalive_timeout=KEEPALIVE_SECONDS, ssl=info.as_ssl_context()
+                ),
                 headers=headers,
                 proxy=info.proxy_url,
                 trust_env=info.trust_env,

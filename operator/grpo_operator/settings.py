@@ -18,6 +18,10 @@ class OperatorSettings:
     # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
     # unbounded, a burst opens hundreds, each with its own TLS buffers.
     max_connections: int = 32
+    # How long kopf keeps an object's worker (and the object's body) after its last event.
+    worker_idle_seconds: float = 1.0
+    # How often freed heap memory is handed back to the OS (memory.py); 0 turns it off.
+    heap_trim_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> OperatorSettings:
@@ -33,6 +37,8 @@ class OperatorSettings:
                     env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
                 ),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
+                worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
+                heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),
             )
         except ValueError as exc:
             raise SystemExit(f"grpo-operator: bad setting in {prefix}* environment: {exc}") from exc

@@ -50,6 +50,12 @@ def test_lock_leaves_out_the_kubernetes_client() -> None:
     assert "kubernetes" not in _locked()
 
 
+def test_image_runs_python_on_glibc_malloc_for_heap_trimming() -> None:
+    # grpo_operator.memory hands free heap pages back with malloc_trim; pymalloc's arenas would keep
+    # them. bench/operator/bench.py --as-image sets the same variable.
+    assert re.search(r"^\s*PYTHONMALLOC=malloc\b", DOCKERFILE.read_text(), re.MULTILINE)
+
+
 def test_image_runs_as_a_numeric_non_root_user() -> None:
     users = [line.split()[1] for line in DOCKERFILE.read_text().splitlines() if line.startswith("USER ")]
     uid = users[-1].split(":")[0]

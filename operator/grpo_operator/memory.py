@@ -1,0 +1,46 @@
+"""Hand the heap's free pages back to the OS: glibc's malloc_trim, every few seconds.
+
+A burst of GRPOJobs parses thousands of watch events and API answers; once handled, nearly all of
+it is garbage, but an allocator keeps freed memory for reuse, so the operator's RSS stayed at the
+burst's high-water mark. The operator image runs Python with PYTHONMALLOC=malloc (pymalloc's arenas
+are only returned when entirely empty, which a long-lived object left in each one prevents), and
+this task lets glibc release what is free. With 1000 jobs present: bench/operator/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("grpo_operator.memory")
+
+
+def malloc_trim() -> Callable[[], object] | None:
+    """glibc's malloc_trim(0), or None where the C library has none (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
+
+
+async def trim_heap_forever(interval: float, trim: Callable[[], object]) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        trim()
+
+
+def start_trimming(interval: float) -> asyncio.Task | None:
+    """The trimming task on the running loop; None when disabled (interval <= 0) or unsupported."""
+    trim = malloc_trim() if interval > 0 else None
+    if trim is None:
+        if interval > 0:
+            log.info("no malloc_trim in this C library: freed memory is not handed back to the OS")
+        return None
+    return asyncio.get_running_loop().create_task(trim_heap_forever(interval, trim), name="grpo-heap-trim")
