@@ -62,7 +62,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="grpo.dev", key="last-handled-configuration"
     )
-    settings.posting.level = logging.INFO
+    # kopf turns its own per-object log lines into Events at this level; at INFO that is a
+    # "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request more
+    # per job in a burst). Warnings and errors (a failing handler) still become Events.
+    settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]
