@@ -50,6 +50,10 @@ WATCH_SELECTORS: dict[tuple[str, str], str] = {
 }
 
 
+# Tasks the startup handler starts and the cleanup handler stops (the heap trim).
+_background: list[asyncio.Task] = []
+
+
 def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
     """In a pod its service account, else the kubeconfig: kopf's own readers, no client library."""
     return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
@@ -87,10 +91,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
     kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
-    _background.extend(t for t in (memory.start_trimming(SETTINGS.heap_trim_seconds),) if t is not None)
-
-
-_background: list[asyncio.Task] = []
+    trimming = memory.start_trimming(SETTINGS.heap_trim_seconds)
+    if trimming is not None:
+        _background.append(trimming)
 
 
 @kopf.on.cleanup()
@@ -248,13 +251,17 @@ async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tu
     # All reads at once: the job waits for one round trip, not one per claim.
     named = sorted(_claims_named(spec))
     cm = spec.reward.function.config_map_name if spec.reward.function is not None else None
-    found = await asyncio.gather(
-        *(kube.exists("PersistentVolumeClaim", namespace, c) for c in named),
-        *([kube.configmap_keys(namespace, cm)] if cm else []),
+    present, keys = await asyncio.gather(
+        asyncio.gather(*(kube.exists("PersistentVolumeClaim", namespace, c) for c in named)),
+        kube.configmap_keys(namespace, cm) if cm else _nothing(),
     )
-    claims = {c for c, present in zip(named, found, strict=False) if present}
-    configmaps: dict[str, set[str] | None] = {cm: found[-1]} if cm else {}  # type: ignore[dict-item]
+    claims = {c for c, exists in zip(named, present, strict=True) if exists}
+    configmaps: dict[str, set[str] | None] = {cm: keys} if cm else {}
     return missing_dependencies(spec, job_plan, claims, configmaps)
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _claims_named(spec: GRPOJobSpec) -> set[str]:
