@@ -66,9 +66,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="grpo.dev", key="last-handled-configuration"
     )
-    # kopf turns its own per-object log lines into Events at this level; at INFO that is a
-    # "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request more
-    # per job in a burst). Warnings and errors (a failing handler) still become Events.
+    # kopf turns its own per-object log lines (and kopf.info) into Events at this level; at INFO that
+    # is a "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request
+    # more per job in a burst). Warnings and errors (a failing handler) still become Events, and
+    # kopf.event (our Normal Events) is posted at any level.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -209,7 +210,8 @@ async def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec,
 
         created = await _create_children(body, training_children(job_spec, job_plan))
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
-            kopf.info(body, reason="Created", message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
+            message = "created " + ", ".join(f"{c.kind} {c.name}" for c in created)
+            kopf.event(body, type="Normal", reason="Created", message=message)
         if status.get("phase") in (None, "Invalid"):
             # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's
             # first events find nothing to change (rayjob_event skips a status-less RayJob).
@@ -471,7 +473,7 @@ async def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observati
         body = render_export_job(job_spec, job_plan, step)
         kopf.adopt(body, owner=job)
         if await kube.create_if_absent(body):
-            kopf.info(job, reason="Created", message=f"created converter Job {export_name}")
+            kopf.event(job, type="Normal", reason="Created", message=f"created converter Job {export_name}")
         existing = await kube.get("Job", namespace, export_name)
     finished = any(
         c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
