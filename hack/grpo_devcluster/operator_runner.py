@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import processes
@@ -92,3 +94,14 @@ class OperatorProcess:
             if not self.alive():
                 raise DevClusterError("grpo-operator", f"exited; see {self.log}:\n{processes.log_tail(self.log)}")
             time.sleep(0.5)
+
+
+@contextmanager
+def running_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
+    """Our CRD installed and the operator running against `cluster` (logs in its log dir); stopped on exit."""
+    install_crd(cluster)
+    operator = OperatorProcess(cluster, cluster.log_dir).start()
+    try:
+        yield operator
+    finally:
+        operator.stop()

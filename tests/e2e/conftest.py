@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.operator_runner import OperatorProcess, install_crd, prepare_job_namespace
+from grpo_devcluster.operator_runner import OperatorProcess, prepare_job_namespace, running_operator
 
 from .kube import create_namespace
 
@@ -16,12 +16,8 @@ _counter = itertools.count()
 
 @pytest.fixture(scope="session")
 def grpo_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
-    install_crd(cluster)
-    operator = OperatorProcess(cluster, cluster.log_dir).start()
-    try:
+    with running_operator(cluster) as operator:
         yield operator
-    finally:
-        operator.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster, Ports
 from grpo_devcluster.kwok_config import NodePool
-from grpo_devcluster.operator_runner import OperatorProcess, install_crd, prepare_job_namespace
+from grpo_devcluster.operator_runner import OperatorProcess, prepare_job_namespace, running_operator
 
 from .grpojobs import apply_job, condition, example, wait_phase
 from .kube import create_namespace, get, items, wait_for
@@ -39,12 +39,8 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def operator(faulty: LocalCluster) -> Iterator[OperatorProcess]:
-    install_crd(faulty)
-    process = OperatorProcess(faulty, faulty.log_dir).start()
-    try:
+    with running_operator(faulty) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture
