@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-import aiohttp
 import kopf
 from pydantic import ValidationError
 
@@ -115,16 +114,8 @@ async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSessio
     info = credentials(settings)
     if info is None:
         return None
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(
-            limit=SETTINGS.max_connections, keepalive_timeout=kube.KEEPALIVE_SECONDS, ssl=info.as_ssl_context()
-        ),
-        headers=info.as_http_headers(),  # basic auth or token, as kopf's own session sends them
-        proxy=info.proxy_url,
-        trust_env=info.trust_env,
-    )
     return kopf.AiohttpSession(
-        aiohttp_session=session,
+        aiohttp_session=kube.bounded_session(info, SETTINGS.max_connections),
         server=info.server,
         default_namespace=info.default_namespace,
         expiration=info.expiration,

@@ -117,6 +117,25 @@ def error_from(status: int, text: str) -> ApiError:
 Login = Callable[[], Awaitable[kopf.ConnectionInfo | None]]
 
 
+def bounded_session(
+    info: kopf.ConnectionInfo, max_connections: int, headers: Mapping[str, str] | None = None, **options: Any
+) -> aiohttp.ClientSession:
+    """An HTTP session with `info`'s credentials, at most `max_connections` connections, short keep-alive.
+
+    Both kopf's session (the login handler) and the handlers' Client are made here: unbounded, a burst
+    opens a connection per object, each with asyncio's 256 KiB TLS buffer.
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(
+            limit=max_connections, keepalive_timeout=KEEPALIVE_SECONDS, ssl=info.as_ssl_context()
+        ),
+        headers={**info.as_http_headers(), **(headers or {})},  # basic auth or token, as kopf sends them
+        proxy=info.proxy_url,
+        trust_env=info.trust_env,
+        **options,
+    )
+
+
 class Client:
     """One aiohttp session to the apiserver, with kopf's own ways to find credentials."""
 
@@ -137,14 +156,10 @@ class Client:
                 raise kopf.LoginError("no Kubernetes credentials: neither a service account nor a kubeconfig")
             if self._session is not None:
                 await self._session.close()
-            headers = {**info.as_http_headers(), "User-Agent": USER_AGENT}
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self._max_connections, keepalive_timeout=KEEPALIVE_SECONDS, ssl=info.as_ssl_context()
-                ),
-                headers=headers,
-                proxy=info.proxy_url,
-                trust_env=info.trust_env,
+            self._session = bounded_session(
+                info,
+                self._max_connections,
+                headers={"User-Agent": USER_AGENT},
                 timeout=aiohttp.ClientTimeout(total=60, sock_connect=10),
             )
             self._server = info.server.rstrip("/")
