@@ -208,6 +208,8 @@ class BurstResult:
     requests: dict[str, int]
     load: tuple[float, float, float]
     wall: float
+    created_over: float  # first to last GRPOJob ADDED: how fast the apiserver took the burst in
+    samples: dict[str, dict[str, float]]  # job -> stage -> monotonic time (CLOCK_MONOTONIC, system-wide)
 
 
 def create_all(namespace: str, bodies: list[dict], workers: int = 16) -> None:
@@ -270,7 +272,15 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess, audit_log: Path,
         complete = [n for n in names if len(seen.pod_bound.get(n, {})) >= seen.pods_expected.get(n, 1 << 30)]
         bound = [max(seen.pod_bound[n].values()) - seen.grpojob[n] for n in complete if n in seen.grpojob]
         missing = {"rayjob": jobs - len(ours), "raycluster": jobs - len(kuberay), "bound": jobs - len(bound)}
-    return BurstResult(jobs, ours, kuberay, bound, missing, cpu, vm_hwm_bytes(pid), requests, load, wall)
+        arrived = [seen.grpojob[n] for n in names if n in seen.grpojob]
+        created_over = max(arrived) - min(arrived) if arrived else float("nan")
+        samples = {n: {stage: table[n] for stage, table in
+                       (("grpojob", seen.grpojob), ("rayjob", seen.rayjob), ("raycluster", seen.raycluster))
+                       if n in table} for n in names}
+        for n in complete:
+            samples[n]["bound"] = max(seen.pod_bound[n].values())
+    return BurstResult(jobs, ours, kuberay, bound, missing, cpu, vm_hwm_bytes(pid), requests, load, wall,
+                       created_over, samples)
 
 
 def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -> tuple[int, int]:
@@ -316,7 +326,7 @@ def report(result: BurstResult) -> str:
     ratio50 = percentile(result.ours, 50) / percentile(result.kuberay, 50)
     return "\n".join([
         f"N={result.jobs}  (load before burst {result.load[0]:.2f} {result.load[1]:.2f} {result.load[2]:.2f}; "
-        f"wall {result.wall:.0f}s)",
+        f"wall {result.wall:.0f}s; GRPOJobs arrived over {result.created_over:.2f}s)",
         f"  {'seconds':<28} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8}",
         row("ours: GRPOJob -> RayJob", result.ours),
         row("KubeRay: RayJob -> RayCluster", result.kuberay),
@@ -388,6 +398,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settle", type=float, default=10, help="seconds to keep counting after the last bind")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench-operator")
     parser.add_argument("--operator-env", action="append", default=[], help="KEY=VALUE for the operator")
+    parser.add_argument("--samples", type=Path, default=None,
+                        help="write each job's stage times (monotonic seconds) to SAMPLES-<N>.json")
     parser.add_argument("--as-image", action="store_true",
                         help="run the operator with only the operator image's locked packages (a venv in --workdir)")
     args = parser.parse_args(argv)
@@ -414,6 +426,9 @@ def main(argv: list[str] | None = None) -> None:
                     result = run_burst(cluster, operator, workdir / "audit" / "audit.log", jobs, args.gpus,
                                        args.timeout, args.settle)
                     print(report(result), flush=True)
+                    if args.samples:
+                        out = args.samples.with_name(f"{args.samples.stem}-{jobs}.json")
+                        out.write_text(json.dumps(result.samples, indent=1))
                 else:
                     rss, peak = rss_with_jobs(cluster, operator, jobs)
                     print(f"RSS with {jobs} GRPOJobs (suspended, each with its RayJob): {rss / 2**20:.0f} MiB "
