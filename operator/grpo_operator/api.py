@@ -860,6 +860,11 @@ class GRPOJobStatus(StatusModel):
     progress: ProgressStatus | None = Field(default=None, description="Training progress.")
     export: ExportStatus | None = Field(default=None, description="The exported model.")
     observed_generation: int | None = Field(default=None, description="metadata.generation last acted on.")
+    spec_digests: dict[str, str] | None = Field(
+        default=None,
+        description="A digest of each spec field as of observedGeneration (scheduling by subfield), so the "
+        "operator can tell which fields a later edit changed.",
+    )
 
 
 class GRPOJob(BaseModel):

@@ -3,9 +3,11 @@
 All are coroutines on kopf's event loop: they wait on the API server, not the CPU, so a burst of
 jobs is hundreds of awaits in flight rather than a queue in front of a thread pool.
 
-- create/resume of a GRPOJob: validate against cluster state, then create the children once.
+- every GRPOJob event: `lifecycle.next_action` decides from the object alone: create the children
+  once (after validating against cluster state), forward or report a spec edit, or resync after a
+  restart. No kopf create/update handlers: those keep two annotations and patch the job twice per
+  creation, one more event each for every watcher (bench/operator/RESULTS.md, third round).
 - any change of a child RayJob or converter Job: recompute the GRPOJob's phase and conditions.
-- a change of spec.scheduling.suspend: forwarded to the RayJob once (Kueue owns it otherwise).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from pydantic import ValidationError
 from grpo_operator import kube, memory, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.children import Child, missing_dependencies, training_children
-from grpo_operator.diffbase import LeanAnnotationsDiffBaseStorage
+from grpo_operator.lifecycle import FORWARDED_FIELDS, TERMINAL_PHASES, Action, edited_fields, next_action, spec_digests
 from grpo_operator.plan import Plan, PlanError, plan
 from grpo_operator.render import render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
+from grpo_operator.retries import KeyedLocks, Retries
 from grpo_operator.settings import OperatorSettings
 from grpo_operator.status import (
     ConditionUpdate,
@@ -37,7 +40,6 @@ from grpo_operator.status import (
 )
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
-TERMINAL_PHASES = {"Succeeded", "Failed"}
 SETTINGS = OperatorSettings.from_env()
 log = logging.getLogger("grpo_operator")
 
@@ -60,11 +62,6 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # Progress and diff-base live in annotations, so status holds only what users read.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="grpo.dev")
-    settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
-        prefix="grpo.dev", key="last-handled-configuration"
-    )
     # kopf turns its own per-object log lines (and kopf.info) into Events at this level; at INFO that
     # is a "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request
     # more per job in a burst). Warnings and errors (a failing handler) still become Events, and
@@ -73,9 +70,6 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]
-    # Under a burst our own patches come back late; past this timeout kopf handles the stale body
-    # and runs the creation handler again (harmless, but 6 wasted requests and more lag).
-    settings.persistence.consistency_timeout = 30.0
     # Watch only our children, filtered by the apiserver: KubeRay's submitter Jobs (one per RayJob),
     # other teams' RayJobs and every other Job in the cluster were parsed by kopf only to be dropped.
     for resource, selector in WATCH_SELECTORS.items():
@@ -98,6 +92,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def close_client(**_: Any) -> None:
+    RETRIES.cancel_all()
     for task in _background:
         task.cancel()
     await kube.api().close()
@@ -154,88 +149,162 @@ async def _write_status(
     metrics.record_phase(namespace, name, phase)
 
 
-async def _refuse(body: kopf.Body, reason: str, message: str) -> None:
-    meta = body["metadata"]
-    await _write_status(
-        meta["namespace"],
-        meta["name"],
-        body.get("status") or {},
-        meta.get("generation"),
-        "Invalid",
-        (ConditionUpdate("Ready", "False", reason, message), ConditionUpdate("Valid", "False", reason, message)),
-    )
-    kopf.warn(body, reason=reason, message=message)
+async def _refuse(job: dict, reason: str, message: str) -> None:
+    """Phase Invalid with the reason; once: a job re-checked unchanged (a retry, a restart) is left as it is."""
+    meta, status = job["metadata"], job.get("status") or {}
+    updates = (ConditionUpdate("Ready", "False", reason, message), ConditionUpdate("Valid", "False", reason, message))
+    if (
+        status.get("phase") == "Invalid"
+        and status.get("observedGeneration") == meta.get("generation")
+        and _conditions_hold(status, updates)
+    ):
+        return
+    await _write_status(meta["namespace"], meta["name"], status, meta.get("generation"), "Invalid", updates)
+    kopf.warn(job, reason=reason, message=message)
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-async def reconcile(body: kopf.Body, name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
-    """Create the children once; refuse, with a condition and an Event, what cannot run."""
-    if status.get("phase") in TERMINAL_PHASES:
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str, uid: str, **_: Any) -> None:
+    """Every GRPOJob event: keep the metrics, then do what `lifecycle.next_action` says the object needs."""
+    key = (namespace, name)
+    if event.get("type") == "DELETED":
+        metrics.forget(namespace, name)
+        RETRIES.cancel(key)
+        _SETTLED.discard(uid)
         return
-    if status.get("phase") not in (None, "Invalid"):
-        # The phase is written only after every child exists: a resumed (or re-run) job needs its
-        # status brought up to date, not six creates answered 409. Keeps a restart of an operator
-        # with hundreds of jobs from costing hundreds of times that (bench/operator/chaos.py).
-        await sync_status(namespace, name)
-        return
+    job = dict(body)
+    metrics.record_spec(namespace, name, job.get("spec") or {})
+    if (job.get("status") or {}).get("phase"):
+        metrics.record_phase(namespace, name, job["status"]["phase"])
+    action = next_action(job, listing=event.get("type") is None)
+    if action is Action.CREATE and uid in _SETTLED:
+        return  # a body from before our own status write reached us: the children exist
+    if action is not Action.NONE:
+        async with LOCKS.hold(key):
+            await ACTIONS[action](job)
+
+
+async def _retry(namespace: str, name: str) -> None:
+    """A timer's attempt: on the job as it is now, if it still wants creating."""
+    job = await kube.get_grpojob(namespace, name)
+    if job is not None and next_action(job, listing=True) is Action.CREATE:
+        async with LOCKS.hold((namespace, name)):
+            await create(job)
+
+
+def _retry_later(namespace: str, name: str, delay: float) -> None:
+    RETRIES.schedule((namespace, name), delay, lambda: _retry(namespace, name))
+
+
+async def create(job: dict) -> None:
+    """Validate, check what the job needs exists, create the children once, write the first status.
+
+    Refused input gets phase Invalid, a condition and an Event naming the field; a missing PVC or
+    ConfigMap is looked for again every `dependency_retry_seconds`.
+    """
+    meta = job["metadata"]
+    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+    status = job.get("status") or {}
+    RETRIES.cancel((namespace, name))
     started = time.monotonic()
     result = "error"
+    created: list[Child] = []
     try:
         try:
-            job_spec, job_plan = _parse(name, namespace, dict(spec))
+            job_spec, job_plan = _parse(name, namespace, job["spec"])
         except ValidationError as exc:
-            await _refuse(body, "InvalidSpec", _validation_message(exc))
             result = "invalid"
-            raise kopf.PermanentError(_validation_message(exc)) from exc
+            await _refuse(job, "InvalidSpec", _validation_message(exc))
+            return
         except PlanError as exc:
-            await _refuse(body, "InvalidSpec", str(exc))
             result = "invalid"
-            raise kopf.PermanentError(str(exc)) from exc
+            await _refuse(job, "InvalidSpec", str(exc))
+            return
 
         problems = await _missing(namespace, job_spec, job_plan)
         if problems:
-            await _refuse(body, problems[0][1], "; ".join(p[2] for p in problems))
             result = "waiting"
-            raise kopf.TemporaryError(problems[0][2], delay=SETTINGS.dependency_retry_seconds)
+            await _refuse(job, problems[0][1], "; ".join(p[2] for p in problems))
+            _retry_later(namespace, name, SETTINGS.dependency_retry_seconds)
+            return
 
-        created = await _create_children(body, training_children(job_spec, job_plan))
+        created = await _create_children(job, training_children(job_spec, job_plan))
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             message = "created " + ", ".join(f"{c.kind} {c.name}" for c in created)
-            kopf.event(body, type="Normal", reason="Created", message=message)
-        if status.get("phase") in (None, "Invalid"):
-            # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's
-            # first events find nothing to change (rayjob_event skips a status-less RayJob).
-            initial = observe_rayjob(job_plan.names.rayjob, {}, job_spec.export.enabled)
-            fields = {
-                **initial.fields,
-                "configMapName": job_plan.names.configmap,
-                "checkpointClaimName": job_plan.checkpoint_claim,
-            }
-            valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
-            await _write_status(
-                namespace,
-                name,
-                dict(status),
-                body["metadata"].get("generation"),
-                initial.phase,
-                (initial.ready, valid),
-                fields,
-            )
+            kopf.event(job, type="Normal", reason="Created", message=message)
+        # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
+        # events find nothing to change (rayjob_event skips a status-less RayJob).
+        initial = observe_rayjob(job_plan.names.rayjob, {}, job_spec.export.enabled)
+        fields = {
+            **initial.fields,
+            "configMapName": job_plan.names.configmap,
+            "checkpointClaimName": job_plan.checkpoint_claim,
+            "specDigests": spec_digests(job["spec"]),
+        }
+        valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
+        await _write_status(namespace, name, status, generation, initial.phase, (initial.ready, valid), fields)
+        _SETTLED.add(meta.get("uid", ""))
         result = "success"
-    except kopf.TemporaryError:
-        raise
-    except kopf.PermanentError:
-        raise
-    except Exception:
+    except Exception as exc:
+        # kopf logs and drops a watch handler's exception; the job is tried again instead.
         metrics.CHILD_CREATE_ERRORS.inc()
-        raise
+        log.exception(
+            "creating the children of %s/%s failed; trying again in %.0fs",
+            namespace,
+            name,
+            SETTINGS.error_retry_seconds,
+        )
+        kopf.warn(job, reason="CreateFailed", message=f"{exc}; trying again in {SETTINGS.error_retry_seconds:.0f}s")
+        _retry_later(namespace, name, SETTINGS.error_retry_seconds)
+        return
     finally:
         metrics.observe_reconcile(result, time.monotonic() - started)
     if not any(c.kind == "RayJob" for c in created):
-        # Resumed with the RayJob already there: it may have moved on while we were away. (A RayJob
-        # created just now has no status yet; its own events bring the status in.)
+        # The RayJob was already there (a crash after creating it): it may have moved on meanwhile.
+        # (A RayJob created just now has no status yet; its own events bring the status in.)
         await sync_status(namespace, name)
+
+
+async def apply_edit(job: dict) -> None:
+    """Forward a user's suspend/resume to the RayJob once; say so when an edit cannot reach the job.
+
+    Children are rendered once, at creation. The CRD freezes most of the spec; what it leaves editable
+    (image, env, verl overrides, ...) would otherwise change `metadata.generation` with no effect and
+    no word to the user. suspend is forwarded once and never re-asserted: Kueue toggles it too.
+    """
+    meta, status, spec = job["metadata"], job.get("status") or {}, job.get("spec") or {}
+    digests = spec_digests(spec)
+    before = status.get("specDigests")
+    edited = edited_fields(before, digests) if before is not None else []
+    if "spec.scheduling.suspend" in edited and status.get("rayJobName"):
+        suspend = bool((spec.get("scheduling") or {}).get("suspend"))
+        await kube.patch_rayjob_suspend(meta["namespace"], status["rayJobName"], suspend)
+    ignored = [f for f in edited if f not in FORWARDED_FIELDS]
+    if ignored:
+        kopf.warn(
+            job,
+            reason="SpecChangeNotApplied",
+            message=f"{', '.join(ignored)} changed after the job started; the running job keeps the spec it was "
+            "created with (delete and re-create the GRPOJob to apply the change)",
+        )
+    removed = {f: None for f in (before or {}) if f not in digests}  # a merge patch drops them
+    applied = {"observedGeneration": meta.get("generation"), "specDigests": {**removed, **digests}}
+    await kube.patch_grpojob_status(meta["namespace"], meta["name"], applied)
+
+
+async def resync(job: dict) -> None:
+    """Seen afresh (operator start, re-list): the children may have moved on while nobody watched."""
+    meta, status = job["metadata"], job.get("status") or {}
+    if "specDigests" not in status:  # written by an operator before specDigests: record them now
+        await kube.patch_grpojob_status(meta["namespace"], meta["name"], {"specDigests": spec_digests(job["spec"])})
+    await sync_status(meta["namespace"], meta["name"])
+
+
+ACTIONS = {Action.CREATE: create, Action.APPLY_EDIT: apply_edit, Action.RESYNC: resync}
+RETRIES = Retries()
+LOCKS = KeyedLocks()
+# uids whose children and first status this process wrote: a stale phase-less body is not a new job.
+_SETTLED: set[str] = set()
 
 
 async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
@@ -290,42 +359,6 @@ async def _ensure(owner: kopf.Body, child: Child) -> bool:
     return await kube.create_if_absent(body)
 
 
-@kopf.on.field(GROUP, VERSION, PLURAL, field="spec.scheduling.suspend")
-async def suspend_changed(old: Any, new: Any, name: str, namespace: str, status: kopf.Status, **_: Any) -> None:
-    """Forward a user's suspend/resume to the RayJob once; never re-assert it (Kueue toggles it too)."""
-    if old is None or status.get("phase") in TERMINAL_PHASES or not status.get("rayJobName"):
-        return
-    await kube.patch_rayjob_suspend(namespace, status["rayJobName"], bool(new))
-
-
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def spec_changed(diff: kopf.Diff, body: kopf.Body, status: kopf.Status, **_: Any) -> None:
-    """Say so when an edit cannot reach the running job (children are rendered once, at creation).
-
-    The CRD freezes most of the spec; what it leaves editable (image, env, verl overrides, ...)
-    would otherwise change `metadata.generation` with no effect and no word to the user.
-    """
-    edited = not_applied_fields(diff)
-    if edited and status.get("phase") not in TERMINAL_PHASES:
-        kopf.warn(
-            body,
-            reason="SpecChangeNotApplied",
-            message=f"{', '.join(edited)} changed after the job started; the running job keeps the spec it was "
-            "created with (delete and re-create the GRPOJob to apply the change)",
-        )
-
-
-def not_applied_fields(diff: kopf.Diff) -> list[str]:
-    """Top-level spec fields a diff (relative to spec) touches, other than what is forwarded (suspend)."""
-    paths = {tuple(str(p) for p in d[1]) for d in diff}
-    fields = {
-        "spec." + ".".join(path[:2] if path[:1] == ("scheduling",) else path[:1])
-        for path in paths
-        if path and path != ("scheduling", "suspend")
-    }
-    return sorted(fields)
-
-
 _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
 
@@ -341,17 +374,6 @@ async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kop
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
 async def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
     await sync_status(namespace, labels[JOB_LABEL])
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def track_phase(event: dict, namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -> None:
-    # Only memory is touched: the metrics follow every job the operator sees, handled or not.
-    if event.get("type") == "DELETED":
-        metrics.forget(namespace, name)
-        return
-    metrics.record_spec(namespace, name, spec)
-    if status.get("phase"):
-        metrics.record_phase(namespace, name, status["phase"])
 
 
 _UNREAD: Any = object()
@@ -383,7 +405,7 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
     fields = dict(observation.fields)
     if (
         observation.phase == status.get("phase")
-        and _same_conditions(status, observation)
+        and _conditions_hold(status, (observation.ready, *observation.extra_conditions))
         and all(status.get(k) == v for k, v in fields.items())
     ):
         return
@@ -391,7 +413,9 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         namespace,
         name,
         status,
-        job["metadata"].get("generation"),
+        # Mirroring acts on no spec: the generation stays the one creation or the last edit handled,
+        # so an edit not yet handled still shows (lifecycle.next_action).
+        status.get("observedGeneration"),
         observation.phase,
         (observation.ready, *observation.extra_conditions),
         fields,
@@ -447,12 +471,9 @@ def _facts(job: dict) -> _Facts | None:
     return found
 
 
-def _same_conditions(status: dict, observation: Observation) -> bool:
+def _conditions_hold(status: dict, updates: tuple[ConditionUpdate, ...]) -> bool:
     current = {c["type"]: (c.get("status"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []}
-    return all(
-        current.get(u.type) == (u.status, u.reason, u.message)
-        for u in (observation.ready, *observation.extra_conditions)
-    )
+    return all(current.get(u.type) == (u.status, u.reason, u.message) for u in updates)
 
 
 async def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:

@@ -15,6 +15,8 @@ class OperatorSettings:
     metrics_port: int = 8080
     # How often a job that waits for a missing PVC or ConfigMap is checked again.
     dependency_retry_seconds: float = 30.0
+    # How soon a job whose creation failed past the client's own retries (an API outage) is tried again.
+    error_retry_seconds: float = 15.0
     # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
     # unbounded, a burst opens hundreds, each with its own TLS buffers.
     max_connections: int = 32
@@ -36,6 +38,7 @@ class OperatorSettings:
                 dependency_retry_seconds=float(
                     env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
                 ),
+                error_retry_seconds=float(env.get(prefix + "ERROR_RETRY_SECONDS", cls.error_retry_seconds)),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
                 heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),

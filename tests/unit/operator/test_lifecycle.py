@@ -1,0 +1,56 @@
+"""What a GRPOJob event asks of the operator: decided from the object, and edits told field by field."""
+
+from __future__ import annotations
+
+import pytest
+from grpo_operator.lifecycle import Action, edited_fields, next_action, spec_digests
+
+
+def job(phase: str | None = None, generation: int = 1, observed: int | None = 1) -> dict:
+    status = {} if phase is None else {"phase": phase, "observedGeneration": observed}
+    return {"metadata": {"generation": generation}, "spec": {"model": {"path": "m"}}, "status": status}
+
+
+def test_a_job_without_phase_gets_its_children_created() -> None:
+    assert next_action(job(), listing=False) is Action.CREATE
+    assert next_action({"metadata": {"generation": 1}, "spec": {}}, listing=True) is Action.CREATE
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_job_is_left_alone_even_after_an_edit_or_a_restart(phase: str) -> None:
+    assert next_action(job(phase, generation=3, observed=1), listing=True) is Action.NONE
+
+
+def test_our_own_status_write_asks_for_nothing() -> None:
+    assert next_action(job("Pending"), listing=False) is Action.NONE
+    assert next_action(job("Invalid"), listing=False) is Action.NONE
+
+
+def test_an_edit_of_a_running_job_is_applied_once() -> None:
+    assert next_action(job("Running", generation=2, observed=1), listing=False) is Action.APPLY_EDIT
+    assert next_action(job("Running", generation=2, observed=2), listing=False) is Action.NONE
+
+
+def test_a_refused_job_is_tried_again_when_edited_or_after_a_restart() -> None:
+    assert next_action(job("Invalid", generation=2, observed=1), listing=False) is Action.CREATE
+    assert next_action(job("Invalid"), listing=True) is Action.CREATE
+
+
+def test_a_listed_job_is_resynced() -> None:
+    assert next_action(job("Running"), listing=True) is Action.RESYNC
+
+
+def test_digests_tell_the_edited_fields_and_scheduling_by_subfield() -> None:
+    spec = {"model": {"path": "m"}, "verl": {"a": 1}, "scheduling": {"suspend": False, "retries": 2}}
+    before = spec_digests(spec)
+    assert sorted(before) == ["spec.model", "spec.scheduling.retries", "spec.scheduling.suspend", "spec.verl"]
+    after = spec_digests({**spec, "verl": {"a": 2}, "scheduling": {"suspend": True, "retries": 2}})
+    assert edited_fields(before, after) == ["spec.scheduling.suspend", "spec.verl"]
+    assert edited_fields(before, spec_digests(spec)) == []
+
+
+def test_digests_do_not_depend_on_key_order_and_see_added_and_removed_fields() -> None:
+    a = spec_digests({"verl": {"x": 1, "y": 2}})
+    assert a == spec_digests({"verl": {"y": 2, "x": 1}})
+    assert edited_fields(a, {**a, "spec.image": "0"}) == ["spec.image"]
+    assert edited_fields({**a, "spec.image": "0"}, a) == ["spec.image"]
