@@ -25,6 +25,7 @@ from grpo_operator import kube, memory, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.children import Child, missing_dependencies, training_children
 from grpo_operator.lifecycle import FORWARDED_FIELDS, TERMINAL_PHASES, Action, edited_fields, next_action, spec_digests
+from grpo_operator.lookups import SharedLookups
 from grpo_operator.plan import Plan, PlanError, plan
 from grpo_operator.render import render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
@@ -310,16 +311,36 @@ _SETTLED: set[str] = set()
 async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
     # Read the claims the job names, not list the namespace's: every job adds a checkpoint claim,
     # so listing costs O(jobs) per job and O(jobs^2) for a burst.
-    # All reads at once: the job waits for one round trip, not one per claim.
+    # All reads at once: the job waits for one round trip, not one per claim; and jobs naming the
+    # same claims at about the same time share the reads (lookups.py).
     named = sorted(_claims_named(spec))
-    cm = spec.reward.function.config_map_name if spec.reward.function is not None else None
+    function = spec.reward.function
+    cm = function.config_map_name if function is not None else None
     present, keys = await asyncio.gather(
-        asyncio.gather(*(kube.exists("PersistentVolumeClaim", namespace, c) for c in named)),
-        kube.configmap_keys(namespace, cm) if cm else _nothing(),
+        asyncio.gather(*(_claim_exists(namespace, c) for c in named)),
+        _configmap_keys(namespace, cm, function.key) if function is not None and cm else _nothing(),
     )
     claims = {c for c, exists in zip(named, present, strict=True) if exists}
     configmaps: dict[str, set[str] | None] = {cm: keys} if cm else {}
     return missing_dependencies(spec, job_plan, claims, configmaps)
+
+
+async def _claim_exists(namespace: str, claim: str) -> bool:
+    return await _CLAIMS.lookup(
+        (namespace, claim), lambda: kube.exists("PersistentVolumeClaim", namespace, claim), keep=bool
+    )
+
+
+async def _configmap_keys(namespace: str, name: str, needed: str) -> set[str] | None:
+    return await _CONFIGMAP_KEYS.lookup(
+        (namespace, name, needed), lambda: kube.configmap_keys(namespace, name), keep=lambda k: bool(k and needed in k)
+    )
+
+
+# Found dependencies are remembered this long (lookups.py says why a deletion meanwhile is harmless).
+DEPENDENCY_MEMORY_SECONDS = 5.0
+_CLAIMS: SharedLookups[bool] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
+_CONFIGMAP_KEYS: SharedLookups[set[str] | None] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
 
 
 async def _nothing() -> None:
