@@ -239,7 +239,7 @@ def prepare_namespace(cluster: LocalCluster, namespace: str) -> None:
         time.sleep(0.3)
 
 
-def run_burst(cluster: LocalCluster, operator: OperatorProcess, audit_log: Path, jobs: int, gpus: int,
+def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, audit_log: Path, jobs: int, gpus: int,
               timeout: float, settle: float) -> BurstResult:
     namespace = f"bench-{jobs}"
     prepare_namespace(cluster, namespace)
@@ -377,6 +377,35 @@ def image_python(workdir: Path) -> tuple[str, dict[str, str]]:
     return str(python), {"PYTHONPATH": str(ROOT / "operator"), "PYTHONMALLOC": "malloc"}
 
 
+class FloorProcess:
+    """floor.py in the operator's place: the same children for each new GRPOJob and nothing else."""
+
+    def __init__(self, cluster: LocalCluster, log_dir: Path, namespace: str, extra_env: dict[str, str],
+                 python: str) -> None:
+        self.cluster, self.log, self.namespace = cluster, log_dir / "floor.log", namespace
+        self.extra_env, self.python = extra_env, python
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> FloorProcess:
+        env = {**os.environ, **self.cluster.env(), "PYTHONUNBUFFERED": "1", **self.extra_env}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(ROOT / "operator")) if p)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([self.python, str(Path(__file__).with_name("floor.py")), self.namespace],
+                                         env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while "watching" not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"floor.py did not start; see {self.log}")
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(10)
+
+
 def configure_client(cluster: LocalCluster) -> None:
     """One ApiClient for this script, renamed so the audit log tells its requests from the operator's."""
     global API
@@ -398,6 +427,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settle", type=float, default=10, help="seconds to keep counting after the last bind")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench-operator")
     parser.add_argument("--operator-env", action="append", default=[], help="KEY=VALUE for the operator")
+    parser.add_argument("--floor", action="store_true",
+                        help="run floor.py (the same children, nothing else) in the operator's place: the baseline "
+                             "for the operator's own cost on this machine")
     parser.add_argument("--samples", type=Path, default=None,
                         help="write each job's stage times (monotonic seconds) to SAMPLES-<N>.json")
     parser.add_argument("--as-image", action="store_true",
@@ -420,7 +452,10 @@ def main(argv: list[str] | None = None) -> None:
         try:
             configure_client(cluster)
             install_crd(cluster)
-            operator = OperatorProcess(cluster, workdir / "logs", extra_env, python=python).start()
+            if args.floor and kind == "burst":
+                operator = FloorProcess(cluster, workdir / "logs", f"bench-{jobs}", extra_env, python).start()
+            else:
+                operator = OperatorProcess(cluster, workdir / "logs", extra_env, python=python).start()
             try:
                 if kind == "burst":
                     result = run_burst(cluster, operator, workdir / "audit" / "audit.log", jobs, args.gpus,

@@ -1,0 +1,68 @@
+"""The floor under the operator's step: the least any operator creating our children could do.
+
+Watches GRPOJobs in one namespace and, for each new one, creates the same six children the
+operator does (rendered by the operator's own code, with the same HTTP client and connection bound)
+in one concurrent wave: no kopf, no dependency reads, no ordering, no status, no Events. What it
+takes on a machine is what the apiserver, etcd and the rest of the control plane allow there;
+`bench.py --floor` runs it in the operator's place, so "ours / floor" is the operator's own cost.
+
+  KUBECONFIG=... python bench/operator/floor.py NAMESPACE
+
+Not a product component: it would create children for invalid specs and never report anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import kopf
+from grpo_operator import kube
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import plan
+from grpo_operator.render import render_children
+
+
+def children_of(job: dict) -> list[dict]:
+    meta = job["metadata"]
+    spec = GRPOJobSpec.model_validate(job["spec"])
+    bodies = render_children(spec, plan(spec, name=meta["name"], namespace=meta["namespace"],
+                                        default_image="grpo-trainer:floor"))
+    for body in bodies:
+        kopf.adopt(body, owner=job)
+    return bodies
+
+
+async def create_children(job: dict) -> None:
+    await asyncio.gather(*(kube.create_if_absent(body) for body in children_of(job)))
+
+
+async def watch_and_create(namespace: str) -> None:
+    settings = kopf.OperatorSettings()
+
+    async def login() -> kopf.ConnectionInfo | None:
+        return kopf.login_with_kubeconfig(settings=settings)
+
+    client = kube.Client(login, max_connections=32)
+    kube.configure(client)
+    info = await login()
+    assert info is not None, "no kubeconfig"
+    session = kube.bounded_session(info, 4)
+    path = kube.RESOURCES["GRPOJob"].path(namespace)
+    tasks: set[asyncio.Task] = set()
+    print("floor: watching", namespace, flush=True)
+    async with session:
+        while True:
+            async with session.get(info.server.rstrip("/") + path, params={"watch": "1"},
+                                   timeout=None) as response:
+                async for line in response.content:
+                    event = json.loads(line)
+                    if event.get("type") == "ADDED":
+                        task = asyncio.create_task(create_children(event["object"]))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+
+
+if __name__ == "__main__":
+    asyncio.run(watch_and_create(sys.argv[1]))
