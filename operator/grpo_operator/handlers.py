@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import kube, memory, metrics
+from grpo_operator import kube, memory, metrics, priority
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.children import Child, missing_dependencies, training_children
 from grpo_operator.lifecycle import FORWARDED_FIELDS, TERMINAL_PHASES, Action, edited_fields, next_action, spec_digests
@@ -222,14 +222,18 @@ async def create(job: dict) -> None:
             await _refuse(job, "InvalidSpec", str(exc))
             return
 
-        problems = await _missing(namespace, job_spec, job_plan)
+        # Ahead of every status write and of later jobs' requests: in a burst the RayJob of each job
+        # comes as soon as the apiserver gets to it, not after the status traffic (priority.py).
+        with priority.creating(started):
+            problems = await _missing(namespace, job_spec, job_plan)
+            if not problems:
+                created = await _create_children(job, training_children(job_spec, job_plan))
         if problems:
             result = "waiting"
             await _refuse(job, problems[0][1], "; ".join(p[2] for p in problems))
             _retry_later(namespace, name, SETTINGS.dependency_retry_seconds)
             return
 
-        created = await _create_children(job, training_children(job_spec, job_plan))
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             message = "created " + ", ".join(f"{c.kind} {c.name}" for c in created)
             kopf.event(job, type="Normal", reason="Created", message=message)

@@ -23,6 +23,7 @@ import aiohttp
 import kopf
 
 from grpo_operator import __version__
+from grpo_operator.priority import REQUEST_PRIORITY, PriorityGate
 
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
@@ -146,6 +147,9 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self._server = ""
         self._lock = asyncio.Lock()
+        # As many as the session's connections: requests beyond them wait here, in priority order,
+        # rather than in aiohttp's connector, first come first served (priority.py).
+        self._gate = PriorityGate(max_connections)
 
     async def _connect(self, stale: aiohttp.ClientSession | None = None) -> aiohttp.ClientSession:
         async with self._lock:
@@ -170,6 +174,17 @@ class Client:
             await self._session.close()
             self._session = None
 
+    async def _exchange(
+        self, session: aiohttp.ClientSession, method: str, url: str, **options: Any
+    ) -> tuple[int, str, str | None]:
+        """One request and its whole answer, holding one of the gate's slots: (status, text, Retry-After)."""
+        await self._gate.acquire(REQUEST_PRIORITY.get())
+        try:
+            async with session.request(method, url, **options) as response:
+                return response.status, await response.text(), response.headers.get("Retry-After")
+        finally:
+            self._gate.release()
+
     async def request(
         self,
         method: str,
@@ -187,21 +202,20 @@ class Client:
             attempt += 1
             session = self._session or await self._connect()
             try:
-                async with session.request(
-                    method, self._server + path, data=data, headers=headers, params=params
-                ) as response:
-                    text = await response.text()
-                    if response.status < 300:
-                        return json.loads(text) if text else {}
-                    if response.status == 401 and not relogged:
-                        relogged = True  # a rotated service-account token: read it again, once
-                        await self._connect(stale=session)
-                        attempt -= 1
-                        continue
-                    error = error_from(response.status, text)
-                    if not self._retry.retryable_status(response.status) or attempt >= self._retry.attempts:
-                        raise error
-                    delay = self._retry.delay(attempt, response.headers.get("Retry-After"))
+                status, text, retry_after = await self._exchange(
+                    session, method, self._server + path, data=data, headers=headers, params=params
+                )
+                if status < 300:
+                    return json.loads(text) if text else {}
+                if status == 401 and not relogged:
+                    relogged = True  # a rotated service-account token: read it again, once
+                    await self._connect(stale=session)
+                    attempt -= 1
+                    continue
+                error = error_from(status, text)
+                if not self._retry.retryable_status(status) or attempt >= self._retry.attempts:
+                    raise error
+                delay = self._retry.delay(attempt, retry_after)
             except TRANSIENT_ERRORS as exc:
                 if attempt >= self._retry.attempts:
                     raise
