@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import kube, memory, metrics, priority
+from grpo_operator import diffbase, kube, memory, metrics, priority
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.children import Child, missing_dependencies, training_children
 from grpo_operator.lifecycle import FORWARDED_FIELDS, TERMINAL_PHASES, Action, edited_fields, next_action, spec_digests
@@ -63,6 +63,9 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # kopf would deep-copy every event's body twice for a diff nothing here reads (diffbase.py).
+    diffbase.check_unused(kopf.get_default_registry())
+    settings.persistence.diffbase_storage = diffbase.NoDiffBaseStorage()
     # kopf turns its own per-object log lines (and kopf.info) into Events at this level; at INFO that
     # is a "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request
     # more per job in a burst). Warnings and errors (a failing handler) still become Events, and
