@@ -14,7 +14,7 @@ import yaml
 from grpo_operator.api import GRPOJob
 from grpo_operator.plan import plan
 from grpo_operator.render import render_verl_config
-from grpo_trainer.cli import main
+from grpo_trainer.cli import main, parse_dry_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -28,7 +28,7 @@ def _rendered(example: str, model_root: Path) -> tuple[GRPOJob, str]:
 
 def _dry_run(capsys: pytest.CaptureFixture[str], path: Path) -> dict:
     assert main(["--config_path", str(path), "--dry-run"]) == 0
-    return yaml.safe_load(capsys.readouterr().out.split("# resolved GRPO values\n")[1])
+    return parse_dry_run(capsys.readouterr().out)[1]
 
 
 @pytest.mark.parametrize("example", ["reference-disaggregated", "colocated-length"])

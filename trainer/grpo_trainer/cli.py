@@ -44,10 +44,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+MERGED_HEADER = "# merged verl 0.9.1 config\n"
+SUMMARY_HEADER = "# resolved GRPO values\n"
+
+
 def render_dry_run(built: BuiltConfig) -> str:
     merged = OmegaConf.to_yaml(built.verl, resolve=False)
     summary = yaml.safe_dump(built.summary(), sort_keys=False)
-    return f"# merged verl 0.9.1 config\n{merged}\n# resolved GRPO values\n{summary}"
+    return f"{MERGED_HEADER}{merged}\n{SUMMARY_HEADER}{summary}"
+
+
+def parse_dry_run(output: str) -> tuple[dict, dict]:
+    """(merged verl config, resolved GRPO values) from `--dry-run`'s output: what scripts and CI checks read."""
+    # verl may print its own lines before ours: the merged config starts at its header.
+    start = output.find(MERGED_HEADER)
+    if start < 0 or SUMMARY_HEADER not in output[start:]:
+        raise ValueError("not grpo-train --dry-run output: no merged verl config header")
+    merged, summary = output[start + len(MERGED_HEADER) :].split(SUMMARY_HEADER, 1)
+    return yaml.safe_load(merged) or {}, yaml.safe_load(summary) or {}
 
 
 def prepare_data(built: BuiltConfig) -> None:

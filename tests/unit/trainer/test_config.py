@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from grpo_trainer.cli import main
+from grpo_trainer.cli import main, parse_dry_run
 from grpo_trainer.config import build_config, resolve_max_model_len
 from grpo_trainer.errors import GrpoConfigError
 from grpo_trainer.worker_setup import SETUP_HOOK
@@ -16,10 +16,9 @@ from omegaconf import DictConfig
 
 def _dry_run_summary(capsys: pytest.CaptureFixture[str], path: Path, *overrides: str) -> dict:
     assert main(["--config_path", str(path), "--dry-run", *overrides]) == 0
-    out = capsys.readouterr().out
-    merged, summary = out.split("# resolved GRPO values\n")
-    assert "# merged verl 0.9.1 config" in merged
-    return yaml.safe_load(summary)
+    merged, summary = parse_dry_run(capsys.readouterr().out)
+    assert merged["actor_rollout_ref"]  # the whole merged verl config comes first
+    return summary
 
 
 def test_dry_run_on_reference_example_yields_the_grpo_values(
@@ -179,3 +178,8 @@ def test_dry_run_fails_on_a_config_verl_itself_rejects(tmp_path: Path, capsys: p
 def test_disaggregated_placement_needs_verls_separate_async_mode(reference_yaml: Path) -> None:
     with pytest.raises(GrpoConfigError, match="separate_async"):
         build_config(str(reference_yaml), ["trainer.v1.trainer_mode=sync"])
+
+
+def test_parse_dry_run_refuses_output_that_is_not_a_dry_run() -> None:
+    with pytest.raises(ValueError, match="merged verl config header"):
+        parse_dry_run("# resolved GRPO values\nmax_model_len: 1\n")
