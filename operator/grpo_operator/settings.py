@@ -20,6 +20,8 @@ class OperatorSettings:
     # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
     # unbounded, a burst opens hundreds, each with its own TLS buffers.
     max_connections: int = 32
+    # Jobs being created or resynced at once; the rest of a burst (or of a restart's listing) waits its turn.
+    max_jobs_in_flight: int = 64
     # How long kopf keeps an object's worker (and the object's body) after its last event.
     worker_idle_seconds: float = 1.0
     # How often freed heap memory is handed back to the OS (memory.py); 0 turns it off.
@@ -40,6 +42,7 @@ class OperatorSettings:
                 ),
                 error_retry_seconds=float(env.get(prefix + "ERROR_RETRY_SECONDS", cls.error_retry_seconds)),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
+                max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
                 heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),
             )

@@ -1,0 +1,28 @@
+"""Operator settings from GRPO_OPERATOR_* variables: defaults, overrides, and a bad value named."""
+
+from __future__ import annotations
+
+import pytest
+from grpo_operator.settings import OperatorSettings
+
+
+def test_defaults_without_environment() -> None:
+    settings = OperatorSettings.from_env({})
+    assert settings == OperatorSettings()
+    assert settings.max_jobs_in_flight == 64 and settings.error_retry_seconds == 15.0
+
+
+def test_tuning_variables_override_the_defaults() -> None:
+    settings = OperatorSettings.from_env({
+        "GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT": "8",
+        "GRPO_OPERATOR_ERROR_RETRY_SECONDS": "2.5",
+        "GRPO_OPERATOR_MAX_CONNECTIONS": "16",
+        "GRPO_OPERATOR_NAMESPACES": "team-a, team-b,",
+    })
+    assert (settings.max_jobs_in_flight, settings.error_retry_seconds, settings.max_connections) == (8, 2.5, 16)
+    assert settings.namespaces == ("team-a", "team-b")
+
+
+def test_a_bad_value_stops_the_operator_with_the_variable_family_named() -> None:
+    with pytest.raises(SystemExit, match="GRPO_OPERATOR_"):
+        OperatorSettings.from_env({"GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT": "many"})
