@@ -18,10 +18,10 @@ import json
 import sys
 
 import kopf
-from grpo_operator import kube
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import plan
 from grpo_operator.render import render_children
+from grpo_operator.runtime import kube
 
 
 def children_of(job: dict) -> list[dict]:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = OperatorSettings.from_env()
     namespaces = args.namespace or list(settings.namespaces)
 
-    import grpo_operator.handlers  # noqa: F401  registers the handlers
+    import grpo_operator.reconcile  # noqa: F401  registers the handlers
 
     kopf_settings = kopf.OperatorSettings()
     # Named namespaces need no cluster-wide view: without scanning, kopf serves exactly those and the

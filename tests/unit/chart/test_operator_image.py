@@ -51,7 +51,7 @@ def test_lock_leaves_out_the_kubernetes_client() -> None:
 
 
 def test_image_runs_python_on_glibc_malloc_for_heap_trimming() -> None:
-    # grpo_operator.memory hands free heap pages back with malloc_trim; pymalloc's arenas would keep
+    # grpo_operator.runtime.memory hands free heap pages back with malloc_trim; pymalloc's arenas would keep
     # them. bench/operator/bench.py --as-image sets the same variable.
     assert re.search(r"^\s*PYTHONMALLOC=malloc\b", DOCKERFILE.read_text(), re.MULTILINE)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_operator.api import GRPOJob
-from grpo_operator.children import missing_dependencies, training_children
+from grpo_operator.reconcile.children import missing_dependencies, training_children
 from grpojob_fixtures import plan_of
 
 

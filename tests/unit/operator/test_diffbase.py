@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import grpo_operator.handlers  # noqa: F401  registers the operator's handlers
+import grpo_operator.reconcile  # noqa: F401  registers the operator's handlers
 import kopf
 import pytest
-from grpo_operator.diffbase import NoDiffBaseStorage, check_unused, handlers_needing_a_diff_base
+from grpo_operator.runtime.diffbase import NoDiffBaseStorage, check_unused, handlers_needing_a_diff_base
 
 
 def test_the_operators_handlers_need_no_diff_base() -> None:

@@ -1,4 +1,4 @@
-"""grpo_operator.kube against a real HTTP server on 127.0.0.1 that answers like a kube-apiserver would:
+"""grpo_operator.runtime.kube against a real HTTP server on 127.0.0.1 that answers like a kube-apiserver would:
 transient failures are retried with backoff, a 401 logs in again, a repeated create counts as done,
 and errors that are the user's or the cluster's come out with the apiserver's reason and message."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 import pytest
 from aiohttp import web
-from grpo_operator import kube
+from grpo_operator.runtime import kube
 
 FAST = kube.RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.02)
 
@@ -53,7 +53,7 @@ def client_for(server: str, tokens: list[str] | None = None, retry: kube.RetryPo
 async def operator_client(
     handler: Callable[[web.Request], Any], tokens: list[str] | None = None
 ) -> AsyncIterator[None]:
-    """grpo_operator.kube configured against a fake apiserver answering with `handler`."""
+    """grpo_operator.runtime.kube configured against a fake apiserver answering with `handler`."""
     async with apiserver(handler) as server:
         client = client_for(server, tokens)
         kube.configure(client)
@@ -242,7 +242,7 @@ def test_operator_imports_without_the_kubernetes_client() -> None:
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] == 'kubernetes': raise ImportError(name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import grpo_operator.handlers, grpo_operator.__main__\n"
+        "import grpo_operator.reconcile, grpo_operator.__main__\n"
         "print('kubernetes' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from grpo_operator.lifecycle import Action, edited_fields, next_action, spec_digests
+from grpo_operator.reconcile.lifecycle import Action, edited_fields, next_action, spec_digests
 
 
 def job(phase: str | None = None, generation: int = 1, observed: int | None = 1) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from grpo_operator.lookups import SharedLookups
+from grpo_operator.runtime.lookups import SharedLookups
 
 
 class Clock:

@@ -7,7 +7,7 @@ import itertools
 import platform
 
 import pytest
-from grpo_operator import memory
+from grpo_operator.runtime import memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")

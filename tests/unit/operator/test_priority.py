@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from grpo_operator.priority import BACKGROUND, CREATION, REQUEST_PRIORITY, PriorityGate, creating
+from grpo_operator.runtime.priority import BACKGROUND, CREATION, REQUEST_PRIORITY, PriorityGate, creating
 
 
 def test_waiters_get_in_by_priority_then_in_arrival_order() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from grpo_operator.retries import KeyedLocks, Retries
+from grpo_operator.reconcile.retries import KeyedLocks, Retries
 
 
 def test_a_newer_schedule_replaces_the_pending_retry() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_operator.status import ConditionUpdate, merge_conditions, observe_export, observe_rayjob
+from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, observe_export, observe_rayjob
 
 
 def _rayjob(deployment: str, **status: object) -> dict:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import kopf
 import pytest
-from grpo_operator.handlers import _CHILD_SELECTOR, WATCH_SELECTORS
+from grpo_operator.reconcile.mirror import _CHILD_SELECTOR
+from grpo_operator.reconcile.startup import WATCH_SELECTORS
 from grpo_operator.render import render_children, render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL
 from grpojob_fixtures import example_body, plan_of, spec_with

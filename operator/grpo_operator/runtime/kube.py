@@ -23,7 +23,7 @@ import aiohttp
 import kopf
 
 from grpo_operator import __version__
-from grpo_operator.priority import REQUEST_PRIORITY, PriorityGate
+from grpo_operator.runtime.priority import REQUEST_PRIORITY, PriorityGate
 
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
@@ -235,7 +235,7 @@ def configure(client: Client) -> None:
 
 def api() -> Client:
     if _client is None:
-        raise RuntimeError("grpo_operator.kube is not configured (the operator's startup handler does it)")
+        raise RuntimeError("grpo_operator.runtime.kube is not configured (the operator's startup handler does it)")
     return _client
 
 

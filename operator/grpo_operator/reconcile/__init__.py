@@ -1,0 +1,14 @@
+"""Reconciliation: what the operator does with each GRPOJob and its children.
+
+- `handlers`: every GRPOJob event (create the children, forward an edit, resync after a restart);
+- `mirror`: child (RayJob, converter Job) events into the GRPOJob's status; starts the converter;
+- `startup`: kopf's start-up, login and clean-up;
+- pure decisions beside them: `lifecycle` (what an event needs), `status` (children -> phase and
+  conditions), `children` (which objects a job gets, what it depends on), `retries` (timers, locks).
+
+Importing this package registers every kopf handler.
+"""
+
+from grpo_operator.reconcile import handlers, mirror, startup
+
+__all__ = ["handlers", "mirror", "startup"]

@@ -1,0 +1,272 @@
+"""The GRPOJob handler: `lifecycle.next_action` decides from the object alone what each event needs.
+
+Create the children once (after validating against cluster state), forward or report a spec edit, or
+resync after a restart. No kopf create/update handlers: those keep two annotations and patch the job
+twice per creation, one more event each for every watcher (bench/operator/RESULTS.md, third round).
+Handlers are coroutines on kopf's event loop: they wait on the API server, not the CPU, so a burst of
+jobs is hundreds of awaits in flight rather than a queue in front of a thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from grpo_operator import metrics
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan, PlanError
+from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
+from grpo_operator.reconcile.common import SETTINGS, parse, refuse, validation_message, write_status
+from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_fields, next_action, spec_digests
+from grpo_operator.reconcile.mirror import sync_status
+from grpo_operator.reconcile.retries import KeyedLocks, Retries
+from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
+from grpo_operator.runtime import kube, priority
+from grpo_operator.runtime.lookups import SharedLookups
+
+GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
+log = logging.getLogger("grpo_operator")
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str, uid: str, **_: Any) -> None:
+    """Every GRPOJob event: keep the metrics, then do what `lifecycle.next_action` says the object needs."""
+    key = (namespace, name)
+    if event.get("type") == "DELETED":
+        metrics.forget(namespace, name)
+        RETRIES.cancel(key)
+        _SETTLED.discard(uid)
+        return
+    job = dict(body)
+    metrics.record_spec(namespace, name, job.get("spec") or {})
+    if (job.get("status") or {}).get("phase"):
+        metrics.record_phase(namespace, name, job["status"]["phase"])
+    action = next_action(job, listing=event.get("type") is None)
+    if action is Action.CREATE and uid in _SETTLED:
+        return  # a body from before our own status write reached us: the children exist
+    if action is not Action.NONE:
+        async with LOCKS.hold(key):
+            await ACTIONS[action](job)
+
+
+async def _retry(namespace: str, name: str) -> None:
+    """A timer's attempt: on the job as it is now, if it still wants creating."""
+    job = await kube.get_grpojob(namespace, name)
+    if job is not None and next_action(job, listing=True) is Action.CREATE:
+        async with LOCKS.hold((namespace, name)):
+            await create(job)
+
+
+def _retry_later(namespace: str, name: str, delay: float) -> None:
+    RETRIES.schedule((namespace, name), delay, lambda: _retry(namespace, name))
+
+
+async def create(job: dict) -> None:
+    """Validate, check what the job needs exists, create the children once, write the first status.
+
+    Refused input gets phase Invalid, a condition and an Event naming the field; a missing PVC or
+    ConfigMap is looked for again every `dependency_retry_seconds`.
+
+    At most `max_jobs_in_flight` jobs at once: a burst of 1000 otherwise rendered all 1000 jobs' children
+    at once to wait in the request queue, and the heap kept that high-water mark afterwards. The
+    apiserver takes creates no faster either way.
+    """
+    async with _JOB_SLOTS:
+        await _create(job)
+
+
+async def _create(job: dict) -> None:
+    meta = job["metadata"]
+    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+    status = job.get("status") or {}
+    RETRIES.cancel((namespace, name))
+    started = time.monotonic()
+    result = "error"
+    created: list[Child] = []
+    try:
+        try:
+            job_spec, job_plan = parse(name, namespace, job["spec"])
+        except ValidationError as exc:
+            result = "invalid"
+            await refuse(job, "InvalidSpec", validation_message(exc))
+            return
+        except PlanError as exc:
+            result = "invalid"
+            await refuse(job, "InvalidSpec", str(exc))
+            return
+
+        # Ahead of every status write and of later jobs' requests: in a burst the RayJob of each job
+        # comes as soon as the apiserver gets to it, not after the status traffic (priority.py).
+        with priority.creating(started):
+            problems = await _missing(namespace, job_spec, job_plan)
+            if not problems:
+                created = await _create_children(job, training_children(job_spec, job_plan))
+        if problems:
+            result = "waiting"
+            await refuse(job, problems[0][1], "; ".join(p[2] for p in problems))
+            _retry_later(namespace, name, SETTINGS.dependency_retry_seconds)
+            return
+
+        if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
+            message = "created " + ", ".join(f"{c.kind} {c.name}" for c in created)
+            kopf.event(job, type="Normal", reason="Created", message=message)
+        # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
+        # events find nothing to change (rayjob_event skips a status-less RayJob).
+        initial = observe_rayjob(job_plan.names.rayjob, {}, job_spec.export.enabled)
+        fields = {
+            **initial.fields,
+            "configMapName": job_plan.names.configmap,
+            "checkpointClaimName": job_plan.checkpoint_claim,
+            "specDigests": spec_digests(job["spec"]),
+        }
+        valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
+        await write_status(namespace, name, status, generation, initial.phase, (initial.ready, valid), fields)
+        _SETTLED.add(meta.get("uid", ""))
+        result = "success"
+    except Exception as exc:
+        # kopf logs and drops a watch handler's exception; the job is tried again instead.
+        metrics.CHILD_CREATE_ERRORS.inc()
+        log.exception(
+            "creating the children of %s/%s failed; trying again in %.0fs",
+            namespace,
+            name,
+            SETTINGS.error_retry_seconds,
+        )
+        kopf.warn(job, reason="CreateFailed", message=f"{exc}; trying again in {SETTINGS.error_retry_seconds:.0f}s")
+        _retry_later(namespace, name, SETTINGS.error_retry_seconds)
+        return
+    finally:
+        metrics.observe_reconcile(result, time.monotonic() - started)
+    if not any(c.kind == "RayJob" for c in created):
+        # The RayJob was already there (a crash after creating it): it may have moved on meanwhile.
+        # (A RayJob created just now has no status yet; its own events bring the status in.)
+        await sync_status(namespace, name)
+
+
+async def apply_edit(job: dict) -> None:
+    """Forward a user's suspend/resume to the RayJob once; say so when an edit cannot reach the job.
+
+    Children are rendered once, at creation. The CRD freezes most of the spec; what it leaves editable
+    (image, env, verl overrides, ...) would otherwise change `metadata.generation` with no effect and
+    no word to the user. suspend is forwarded once and never re-asserted: Kueue toggles it too.
+    """
+    meta, status, spec = job["metadata"], job.get("status") or {}, job.get("spec") or {}
+    digests = spec_digests(spec)
+    before = status.get("specDigests")
+    edited = edited_fields(before, digests) if before is not None else []
+    if "spec.scheduling.suspend" in edited and status.get("rayJobName"):
+        suspend = bool((spec.get("scheduling") or {}).get("suspend"))
+        await kube.patch_rayjob_suspend(meta["namespace"], status["rayJobName"], suspend)
+    ignored = [f for f in edited if f not in FORWARDED_FIELDS]
+    if ignored:
+        kopf.warn(
+            job,
+            reason="SpecChangeNotApplied",
+            message=f"{', '.join(ignored)} changed after the job started; the running job keeps the spec it was "
+            "created with (delete and re-create the GRPOJob to apply the change)",
+        )
+    removed = {f: None for f in (before or {}) if f not in digests}  # a merge patch drops them
+    applied = {"observedGeneration": meta.get("generation"), "specDigests": {**removed, **digests}}
+    await kube.patch_grpojob_status(meta["namespace"], meta["name"], applied)
+
+
+async def resync(job: dict) -> None:
+    """Seen afresh (operator start, re-list): the children may have moved on while nobody watched.
+
+    Within the same `max_jobs_in_flight` as creation: a restart lists every job at once.
+    """
+    async with _JOB_SLOTS:
+        await _resync(job)
+
+
+async def _resync(job: dict) -> None:
+    meta, status = job["metadata"], job.get("status") or {}
+    if "specDigests" not in status:  # written by an operator before specDigests: record them now
+        await kube.patch_grpojob_status(meta["namespace"], meta["name"], {"specDigests": spec_digests(job["spec"])})
+    await sync_status(meta["namespace"], meta["name"])
+
+
+_JOB_SLOTS = asyncio.Semaphore(SETTINGS.max_jobs_in_flight)
+ACTIONS = {Action.CREATE: create, Action.APPLY_EDIT: apply_edit, Action.RESYNC: resync}
+RETRIES = Retries()
+LOCKS = KeyedLocks()
+# uids whose children and first status this process wrote: a stale phase-less body is not a new job.
+_SETTLED: set[str] = set()
+
+
+async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
+    # Read the claims the job names, not list the namespace's: every job adds a checkpoint claim,
+    # so listing costs O(jobs) per job and O(jobs^2) for a burst.
+    # All reads at once: the job waits for one round trip, not one per claim; and jobs naming the
+    # same claims at about the same time share the reads (lookups.py).
+    named = sorted(_claims_named(spec))
+    function = spec.reward.function
+    cm = function.config_map_name if function is not None else None
+    present, keys = await asyncio.gather(
+        asyncio.gather(*(_claim_exists(namespace, c) for c in named)),
+        _configmap_keys(namespace, cm, function.key) if function is not None and cm else _nothing(),
+    )
+    claims = {c for c, exists in zip(named, present, strict=True) if exists}
+    configmaps: dict[str, set[str] | None] = {cm: keys} if cm else {}
+    return missing_dependencies(spec, job_plan, claims, configmaps)
+
+
+async def _claim_exists(namespace: str, claim: str) -> bool:
+    return await _CLAIMS.lookup(
+        (namespace, claim), lambda: kube.exists("PersistentVolumeClaim", namespace, claim), keep=bool
+    )
+
+
+async def _configmap_keys(namespace: str, name: str, needed: str) -> set[str] | None:
+    return await _CONFIGMAP_KEYS.lookup(
+        (namespace, name, needed), lambda: kube.configmap_keys(namespace, name), keep=lambda k: bool(k and needed in k)
+    )
+
+
+# Found dependencies are remembered this long (lookups.py says why a deletion meanwhile is harmless).
+DEPENDENCY_MEMORY_SECONDS = 5.0
+_CLAIMS: SharedLookups[bool] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
+_CONFIGMAP_KEYS: SharedLookups[set[str] | None] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _claims_named(spec: GRPOJobSpec) -> set[str]:
+    named = {spec.model.claim_name, spec.data.claim_name, spec.checkpoints.volume.claim_name}
+    if spec.reward.model is not None:
+        named.add(spec.reward.model.claim_name)
+    if spec.export.enabled and spec.export.target is not None:
+        named.add(spec.export.target.claim_name)
+    return {c for c in named if c}
+
+
+async def _create_children(owner: kopf.Body, children: list[Child]) -> list[Child]:
+    """Create what is missing; the children the RayJob's pods use first, all at once, then the RayJob.
+
+    Pods of a RayJob created earlier would be refused for a missing ServiceAccount (and KubeRay
+    would retry them later); the others do not depend on each other, so one round trip creates them.
+    """
+    first = [c for c in children if c.kind != "RayJob"]
+    last = [c for c in children if c.kind == "RayJob"]
+    created: list[Child] = []
+    for wave in (first, last):
+        results = await asyncio.gather(*(_ensure(owner, c) for c in wave))
+        created.extend(c for c, new in zip(wave, results, strict=True) if new)
+    return created
+
+
+async def _ensure(owner: kopf.Body, child: Child) -> bool:
+    body = child.body
+    if child.owned:
+        kopf.adopt(body, owner=owner)
+    else:
+        body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
+    return await kube.create_if_absent(body)
+

@@ -1,0 +1,159 @@
+"""Child events into the GRPOJob's status: the RayJob and the converter Job, mirrored; the converter started
+when training completed. Mapping the children to a phase and conditions is pure (`status.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from grpo_operator import metrics
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan, PlanError
+from grpo_operator.reconcile.common import conditions_hold, parse, write_status
+from grpo_operator.reconcile.lifecycle import TERMINAL_PHASES
+from grpo_operator.reconcile.status import (
+    ConditionUpdate,
+    Observation,
+    observe_export,
+    observe_rayjob,
+    restart_condition,
+)
+from grpo_operator.render import render_export_job
+from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
+from grpo_operator.runtime import kube
+
+_CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
+
+
+@kopf.on.event("ray.io", "v1", "rayjobs", labels=_CHILD_SELECTOR)
+async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    # The event carries the RayJob: no need to read it again (one GET less per KubeRay update).
+    rayjob = None if event.get("type") == "DELETED" else dict(body)
+    if rayjob is not None and not rayjob.get("status"):
+        return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
+    await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
+async def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    await sync_status(namespace, labels[JOB_LABEL])
+
+
+_UNREAD: Any = object()
+
+
+async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) -> None:
+    """Mirror the children into the GRPOJob's status; start the converter when training completed.
+
+    `rayjob`: the RayJob as a watch event delivered it (None: deleted); read from the API when not given.
+    """
+    job = await kube.get_grpojob(namespace, name)
+    if job is None:
+        return
+    status = job.get("status") or {}
+    if status.get("phase") in TERMINAL_PHASES or status.get("phase") in (None, "Invalid"):
+        return
+    facts = _facts(job)
+    if facts is None:
+        return  # reconcile() reports these
+    if rayjob is _UNREAD:
+        rayjob = await kube.get("RayJob", namespace, facts.rayjob)
+    observation = observe_rayjob(facts.rayjob, rayjob, facts.export_enabled)
+    if observation.wants_export:
+        job_spec, job_plan = parse(name, namespace, job["spec"])
+        observation = await _export(job, job_spec, job_plan)
+    restarted = _restarted(status, observation, facts.retries)
+    if restarted is not None:
+        observation = replace(observation, extra_conditions=(*observation.extra_conditions, restarted))
+    fields = dict(observation.fields)
+    if (
+        observation.phase == status.get("phase")
+        and conditions_hold(status, (observation.ready, *observation.extra_conditions))
+        and all(status.get(k) == v for k, v in fields.items())
+    ):
+        return
+    await write_status(
+        namespace,
+        name,
+        status,
+        # Mirroring acts on no spec: the generation stays the one creation or the last edit handled,
+        # so an edit not yet handled still shows (lifecycle.next_action).
+        status.get("observedGeneration"),
+        observation.phase,
+        (observation.ready, *observation.extra_conditions),
+        fields,
+    )
+    if restarted is not None:
+        kopf.event(job, type="Warning", reason=restarted.reason, message=restarted.message)
+    if observation.finished:
+        metrics.observe_completion(job["metadata"].get("creationTimestamp"), observation.phase)
+    if observation.phase != status.get("phase"):
+        kopf.event(
+            job,
+            type="Warning" if observation.phase == "Failed" else "Normal",
+            reason=observation.ready.reason,
+            message=observation.ready.message,
+        )
+
+
+def _restarted(status: dict, observation: Observation, retries: int) -> ConditionUpdate | None:
+    """A Restarted condition when KubeRay counted one more failed attempt than the status shows."""
+    restarts = int(observation.fields.get("restarts") or 0)
+    if restarts <= int(status.get("restarts") or 0):
+        return None
+    return restart_condition(restarts, retries, status.get("checkpoint"))
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What status mirroring needs from a parsed spec, kept small so thousands fit in memory."""
+
+    rayjob: str
+    export_enabled: bool
+    retries: int
+
+
+_FACTS: dict[tuple[str, str, str, int], _Facts] = {}
+_FACTS_MAX = 4096
+
+
+def _facts(job: dict) -> _Facts | None:
+    """Parse and plan a job once per generation, not on every RayJob event (6 ms each, 5+ per job)."""
+    meta = job["metadata"]
+    key = (meta["namespace"], meta["name"], meta.get("uid", ""), int(meta.get("generation") or 0))
+    found = _FACTS.get(key)
+    if found is None:
+        try:
+            job_spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+        except (ValidationError, PlanError):
+            return None
+        found = _Facts(job_plan.names.rayjob, job_spec.export.enabled, job_spec.scheduling.retries)
+        if len(_FACTS) >= _FACTS_MAX:
+            _FACTS.pop(next(iter(_FACTS)), None)  # oldest first: dicts keep insertion order
+        _FACTS[key] = found
+    return found
+
+
+
+async def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observation:
+    namespace = job["metadata"]["namespace"]
+    export_name = job_plan.names.export_job
+    step = ((job.get("status") or {}).get("checkpoint") or {}).get("step")
+    existing = await kube.get("Job", namespace, export_name)
+    if existing is None:
+        body = render_export_job(job_spec, job_plan, step)
+        kopf.adopt(body, owner=job)
+        if await kube.create_if_absent(body):
+            kopf.event(job, type="Normal", reason="Created", message=f"created converter Job {export_name}")
+        existing = await kube.get("Job", namespace, export_name)
+    finished = any(
+        c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+        for c in ((existing or {}).get("status") or {}).get("conditions") or []
+    )
+    result = await kube.job_termination_message(namespace, export_name) if finished else None
+    target = job_spec.export.target
+    return observe_export(export_name, existing, result, target.path if target else None)
+

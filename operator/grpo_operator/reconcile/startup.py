@@ -1,0 +1,91 @@
+"""kopf's start-up, login and clean-up: the operator process's settings, client, metrics server and heap trim."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from grpo_operator import metrics
+from grpo_operator.reconcile.common import SETTINGS
+from grpo_operator.reconcile.handlers import RETRIES
+from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
+from grpo_operator.runtime import diffbase, kube, memory
+
+# Server-side label selectors of the child watches, the same filters the child handlers declare.
+WATCH_SELECTORS: dict[tuple[str, str], str] = {
+    ("ray.io", "rayjobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL}",
+    ("batch", "jobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL},{COMPONENT_LABEL}=export",
+}
+
+
+# Tasks the startup handler starts and the cleanup handler stops (the heap trim).
+_background: list[asyncio.Task] = []
+
+
+def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
+    """In a pod its service account, else the kubeconfig: kopf's own readers, no client library."""
+    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # kopf would deep-copy every event's body twice for a diff nothing here reads (diffbase.py).
+    diffbase.check_unused(kopf.get_default_registry())
+    settings.persistence.diffbase_storage = diffbase.NoDiffBaseStorage()
+    # kopf turns its own per-object log lines (and kopf.info) into Events at this level; at INFO that
+    # is a "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request
+    # more per job in a burst). Warnings and errors (a failing handler) still become Events, and
+    # kopf.event (our Normal Events) is posted at any level.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.error_backoffs = [1, 2, 5, 10, 20]
+    # Watch only our children, filtered by the apiserver: KubeRay's submitter Jobs (one per RayJob),
+    # other teams' RayJobs and every other Job in the cluster were parsed by kopf only to be dropped.
+    for resource, selector in WATCH_SELECTORS.items():
+        settings.watching.label_selectors[resource] = selector
+    # kopf keeps a worker per object, holding its latest body, for this long after its last event;
+    # at kopf's 5 s every object of a burst or a restart is held at once (bench/operator/RESULTS.md).
+    settings.batching.idle_timeout = SETTINGS.worker_idle_seconds
+    # The first listing in pages: a restart with thousands of jobs does not parse them all at once.
+    settings.watching.chunk_size = 200
+
+    async def login() -> kopf.ConnectionInfo | None:
+        return credentials(settings)
+
+    kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
+    metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
+    trimming = memory.start_trimming(SETTINGS.heap_trim_seconds)
+    if trimming is not None:
+        _background.append(trimming)
+
+
+@kopf.on.cleanup()
+async def close_client(**_: Any) -> None:
+    RETRIES.cancel_all()
+    for task in _background:
+        task.cancel()
+    await kube.api().close()
+
+
+@kopf.on.login()
+async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSession | None:
+    """kopf's own credentials, in an HTTP session with a bounded connection pool.
+
+    kopf's session allows unlimited connections: in a burst every object's worker opens its own
+    TLS connection, each holding asyncio's 256 KiB SSL buffer (484 connections, 60 MB, for 300
+    jobs). Requests beyond the bound wait for a free connection instead.
+    """
+    info = credentials(settings)
+    if info is None:
+        return None
+    return kopf.AiohttpSession(
+        aiohttp_session=kube.bounded_session(info, SETTINGS.max_connections),
+        server=info.server,
+        default_namespace=info.default_namespace,
+        expiration=info.expiration,
+    )
+
