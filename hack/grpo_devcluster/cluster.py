@@ -18,9 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from . import kwok_config, pki, processes
-from .build import build_all, component_dir, go_version
-from .components import ETCD, HELM, KUBERAY, KUBERNETES, KWOK
+from . import images, kwok_config, node_config, pki, processes
+from . import node as node_mod
+from .build import build_all, cache_root, component_dir, go_version
+from .components import ALL, COREDNS, ETCD, HELM, KUBELET, KUBERAY, KUBERNETES, KWOK
 from .errors import DevClusterError
 
 # Loopback ranges, so that no address the cluster hands out is routable: the API server takes a
@@ -28,6 +29,14 @@ from .errors import DevClusterError
 SERVICE_CIDR = "127.96.0.0/16"
 SERVICE_IP = "127.96.0.1"
 POD_CIDR = "127.64.0.0/16"
+# With a real node, Service IPs must be reachable from its pods: the node's own range, which the host
+# blackholes (node_config.py); the `kubernetes` Service's IP is an address of the node's namespace.
+REAL_NODE_SERVICE_CIDR = node_config.SERVICE_CIDR
+REAL_NODE_SERVICE_IP = node_config.API_SERVICE_IP
+# The node's processes, stopped in this order before the control plane (the kubelet first, the holder
+# of its namespaces last: its mount namespace, and every mount in it, ends with it).
+NODE_PROCESSES = ("kubelet", "coredns", "containerd", "api-forward-service", "api-forward-node",
+                  "api-forward-host", "node-namespaces")
 
 
 @dataclass
@@ -57,6 +66,8 @@ class State:
     workdir: str
     ports: dict[str, int]
     pids: dict[str, int] = field(default_factory=dict)
+    # The real node's record of what it changed on the host (node.HostChanges), when one runs.
+    node: dict = field(default_factory=dict)
 
 
 def default_workdir() -> Path:
@@ -69,7 +80,7 @@ class LocalCluster:
     def __init__(self, workdir: Path | None = None, ports: Ports | None = None,
                  pools: tuple[kwok_config.NodePool, ...] = kwok_config.DEFAULT_POOLS,
                  ray_job_running_seconds: float = 5.0, log=sys.stderr,
-                 apiserver_args: tuple[str, ...] = ()) -> None:
+                 apiserver_args: tuple[str, ...] = (), real_node: bool = False) -> None:
         self.workdir = Path(workdir or default_workdir())
         self.ports = ports or Ports()
         self.pools = pools
@@ -77,6 +88,9 @@ class LocalCluster:
         self.log = log
         # Extra kube-apiserver flags, e.g. an audit log for the operator benchmark.
         self.apiserver_args = apiserver_args
+        self.real_node = real_node
+        self.node: node_mod.RealNode | None = None
+        self._node_changes: dict = {}
         self._pids: dict[str, int] = {}
         self._bins: dict[str, Path] = {}
         # What each component was started with, so a fault test can kill it and start it again.
@@ -98,6 +112,14 @@ class LocalCluster:
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def service_cidr(self) -> str:
+        return REAL_NODE_SERVICE_CIDR if self.real_node else SERVICE_CIDR
+
+    @property
+    def service_ip(self) -> str:
+        return REAL_NODE_SERVICE_IP if self.real_node else SERVICE_IP
 
     @property
     def dashboard_standin_url(self) -> str:
@@ -132,7 +154,7 @@ class LocalCluster:
         self.workdir.mkdir(parents=True)
         started = time.monotonic()
         try:
-            creds = pki.generate(self.workdir / "pki", SERVICE_IP)
+            creds = pki.generate(self.workdir / "pki", self.service_ip)
             self.kubeconfig.write_text(yaml.safe_dump(pki.kubeconfig(creds, self.server)))
             self._save_state()
             self._start_etcd()
@@ -143,6 +165,8 @@ class LocalCluster:
             self._seed_cluster()
             self._start_dashboard_standin()
             self._start_kuberay()
+            if self.real_node:
+                self._start_node(creds)
         except BaseException:
             self.stop()
             raise
@@ -151,14 +175,36 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every component (reverse order) and remove the state; safe to call twice."""
-        pids = dict(self._pids)
+        """Stop every component (the real node first, then the rest in reverse order), undo what the node
+        changed on the host, and remove the state; safe to call twice."""
+        pids, changes = dict(self._pids), dict(self._node_changes)
         if not pids and self.state_file.exists():
-            pids = json.loads(self.state_file.read_text()).get("pids", {})
+            state = json.loads(self.state_file.read_text())
+            pids, changes = state.get("pids", {}), state.get("node", {})
+        if changes:
+            self._stop_node(pids, changes)
         for name in reversed(list(pids)):
-            processes.stop_group(pids[name])
+            if name not in NODE_PROCESSES:
+                processes.stop_group(pids[name])
         self._pids.clear()
         self.state_file.unlink(missing_ok=True)
+
+    def _stop_node(self, pids: dict[str, int], changes: dict) -> None:
+        recorded = node_mod.changes_from_state(changes)
+        if "kube-apiserver" in pids and processes.alive(pids["kube-apiserver"]) and "kubectl" in self._bins:
+            node_mod.drain(self.kubectl)
+        holder = pids.get("node-namespaces")
+        mount_ns = node_mod.mount_namespace(holder) if holder else None
+        for name in NODE_PROCESSES:
+            if name in pids and name != "node-namespaces":
+                processes.stop_group(pids[name])
+        if mount_ns is not None:
+            node_mod.kill_namespace_members(mount_ns, spare=holder)
+        if holder:
+            processes.stop_group(holder)
+        node_mod.undo_host_changes(recorded, log=self.log)
+        self._node_changes = {}
+
 
     @classmethod
     def attach(cls, workdir: Path | None = None) -> LocalCluster:
@@ -168,8 +214,9 @@ class LocalCluster:
         if not state_file.exists():
             raise DevClusterError("devcluster", f"no cluster runs from {workdir}")
         state = State(**json.loads(state_file.read_text()))
-        cluster = cls(workdir, Ports(**state.ports))
+        cluster = cls(workdir, Ports(**state.ports), real_node=bool(state.node))
         cluster._pids = dict(state.pids)
+        cluster._node_changes = dict(state.node)
         cluster._resolve_binaries()
         return cluster
 
@@ -234,13 +281,12 @@ class LocalCluster:
 
     def _resolve_binaries(self) -> None:
         go = go_version()
-        missing = [c.name for c in (ETCD, KUBERNETES, KWOK, KUBERAY, HELM)
-                   if not (component_dir(c, go) / ".complete").is_file()]
+        missing = [c.name for c in ALL if not (component_dir(c, go) / ".complete").is_file()]
         if missing:
             print(f"[devcluster] building {', '.join(missing)} (first run; cached afterwards)",
                   file=self.log, flush=True)
             build_all(log=self.log)
-        for component in (ETCD, KUBERNETES, KWOK, KUBERAY, HELM):
+        for component in (ETCD, KUBERNETES, KWOK, KUBERAY, HELM, KUBELET, COREDNS):
             directory = component_dir(component, go)
             for name in component.commands:
                 self._bins[name] = directory / "bin" / name
@@ -254,7 +300,7 @@ class LocalCluster:
         return started
 
     def _save_state(self) -> None:
-        state = State(str(self.workdir), asdict(self.ports), dict(self._pids))
+        state = State(str(self.workdir), asdict(self.ports), dict(self._pids), dict(self._node_changes))
         self.state_file.write_text(json.dumps(asdict(state)))
 
     def _tls(self, creds: pki.Pki) -> ssl.SSLContext:
@@ -283,11 +329,15 @@ class LocalCluster:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={p.apiserver}",
             f"--tls-cert-file={creds.serving_cert}", f"--tls-private-key-file={creds.serving_key}",
             f"--client-ca-file={creds.ca_cert}",
-            "--authorization-mode=RBAC",
+            # Node: the real node's kubelet acts as system:node:<name>, restricted to its own node and pods.
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={creds.admin_cert}", f"--kubelet-client-key={creds.admin_key}",
+            # The node's address, never its name: a name would be looked up in the host's DNS.
+            "--kubelet-preferred-address-types=InternalIP",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={creds.sa_pub}",
             f"--service-account-signing-key-file={creds.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             # No Endpoints for the `kubernetes` Service: nothing in-cluster could reach them anyway.
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true", "--profiling=false",
@@ -307,7 +357,7 @@ class LocalCluster:
             "--bind-address=127.0.0.1", f"--secure-port={p.controller_manager}",
             f"--service-account-private-key-file={creds.sa_key}", f"--root-ca-file={creds.ca_cert}",
             f"--cluster-signing-cert-file={creds.ca_cert}", f"--cluster-signing-key-file={creds.ca_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=false",
+            f"--service-cluster-ip-range={self.service_cidr}", "--allocate-node-cidrs=false",
             "--use-service-account-credentials=true", "--leader-elect=false",
             f"--cert-dir={self.workdir / 'kcm-certs'}",
         ])
@@ -365,9 +415,10 @@ class LocalCluster:
 
     def _start_dashboard_standin(self) -> None:
         p = self.ports
+        real = [f"--cluster-dns={node_config.NODE_IP}", f"--real-pods={node_config.POD_SUBNET}"]
         started = self._launch("ray-dashboard-standin", [
             sys.executable, "-m", "grpo_devcluster.dashboard_standin", f"--port={p.dashboard_standin}",
-            f"--running-seconds={self.ray_job_running_seconds}",
+            f"--running-seconds={self.ray_job_running_seconds}", *(real if self.real_node else []),
         ], env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
         processes.wait_until("ray-dashboard-standin", lambda: processes.http_ok(
             f"{self.dashboard_standin_url}/-/healthz"), started, 30)
@@ -388,3 +439,32 @@ class LocalCluster:
         })
         processes.wait_until("kuberay-operator", lambda: processes.http_ok(
             f"http://127.0.0.1:{p.kuberay_probe}/readyz"), started, 60)
+
+    # -- the real node -------------------------------------------------------------------------------
+    def _start_node(self, creds: pki.Pki) -> None:
+        started = time.monotonic()
+        self.node = node_mod.RealNode(
+            self.workdir / "node", cache_root() / "node", creds, self.ports.apiserver,
+            launch=lambda name, argv: self._launch(name, argv),
+            binaries={"kubelet": self.bin("kubelet"), "coredns": self.bin("coredns")},
+            kubectl=self.kubectl, log=self.log)
+        # Recorded before anything changes, so a failed start is undone by stop() like a finished one.
+        self.node.on_change = self._record_node
+        buildah = images.Buildah(log=self.log)
+        pause = images.build_pause(buildah)
+        self.node.start([pause], lambda ref: images.export_command(buildah, ref))
+        print(f"[devcluster] real node {node_config.NODE_NAME} Ready in {time.monotonic() - started:.1f}s",
+              file=self.log, flush=True)
+
+    def load_node_images(self, which: tuple[str, ...] = ("operator", "trainer")) -> dict[str, str]:
+        """Build (cached) our images and put them into the real node; returns name -> reference."""
+        if self.node is None:
+            raise DevClusterError("real node", "this cluster has no real node (LocalCluster(real_node=True))")
+        built = images.build_node_images(which, log=self.log)
+        buildah = images.Buildah(log=self.log)
+        self.node.load_images([b.reference for b in built.values()], lambda ref: images.export_command(buildah, ref))
+        return {name: b.reference for name, b in built.items()}
+
+    def _record_node(self, changes: dict) -> None:
+        self._node_changes = changes
+        self._save_state()

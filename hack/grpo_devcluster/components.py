@@ -64,4 +64,10 @@ HELM = Component(
     ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v3.19.5",
 )
 
-ALL: tuple[Component, ...] = (ETCD, KUBERNETES, KWOK, KUBERAY, HELM)
+# The real node's programs: each its own module, so adding them left the control plane's cache keys alone.
+KUBELET = Component("kubelet", {"kubelet": "k8s.io/kubernetes/cmd/kubelet"}, ldflags=_VERSION_LDFLAGS)
+COREDNS = Component("coredns", {"coredns": "github.com/coredns/coredns"})
+
+CONTROL_PLANE: tuple[Component, ...] = (ETCD, KUBERNETES, KWOK, KUBERAY, HELM)
+NODE: tuple[Component, ...] = (KUBELET, COREDNS)
+ALL: tuple[Component, ...] = (*CONTROL_PLANE, *NODE)

@@ -5,13 +5,24 @@ the job's status. There is no Ray here, and that address must never be dialled, 
 with HTTP_PROXY pointing at this server: Go's HTTP client then sends the request, absolute URL and
 all, to 127.0.0.1. Tests choose each RayJob's outcome through the control endpoints under `/-/`.
 
+A RayCluster on the real node has a real dashboard: given `--cluster-dns`, the stand-in asks the
+node's CoreDNS for the head Service's address, and when it is a pod of the real node
+(`--real-pods`, the node's pod subnet) it relays the request there unchanged. Names of KWOK's
+simulated clusters resolve to loopback pod IPs and are answered here as before.
+
 Run: python -m grpo_devcluster.dashboard_standin --port 18265 [--running-seconds 5]
+         [--cluster-dns 10.244.0.1 --real-pods 10.244.0.0/24]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import ipaddress
 import json
+import random
+import socket
+import struct
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,9 +42,76 @@ class Outcome:
     after_seconds: float = 5.0
 
 
+def dns_query(name: str, qid: int) -> bytes:
+    """A DNS query for the A record of `name` (RFC 1035 wire format, recursion desired)."""
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
+    return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + labels + struct.pack(">HH", 1, 1)
+
+
+def dns_answer_addresses(response: bytes, qid: int) -> list[str]:
+    """The IPv4 addresses in a DNS response's answer section (none for NXDOMAIN or another id)."""
+    if len(response) < 12:
+        return []
+    rid, flags, qdcount, ancount = struct.unpack(">HHHH", response[:8])
+    if rid != qid or flags & 0x000F:
+        return []
+    offset = 12
+    for _ in range(qdcount):
+        offset = _skip_name(response, offset) + 4
+    addresses = []
+    for _ in range(ancount):
+        offset = _skip_name(response, offset)
+        rtype, _rclass, _ttl, length = struct.unpack(">HHIH", response[offset:offset + 10])
+        offset += 10
+        if rtype == 1 and length == 4:
+            addresses.append(socket.inet_ntoa(response[offset:offset + 4]))
+        offset += length
+    return addresses
+
+
+def _skip_name(data: bytes, offset: int) -> int:
+    while data[offset]:
+        if data[offset] & 0xC0 == 0xC0:  # a compression pointer ends the name
+            return offset + 2
+        offset += data[offset] + 1
+    return offset + 1
+
+
+@dataclass
+class ClusterDns:
+    """The real node's CoreDNS, asked which pod serves a Service name; answers kept a few seconds."""
+
+    server: str
+    real_pods: ipaddress.IPv4Network
+    ttl: float = 5.0
+    cache: dict[str, tuple[float, str | None]] = field(default_factory=dict)
+
+    def real_pod(self, host: str) -> str | None:
+        """The real pod's IP behind `host` (a `*.svc.cluster.local` name), or None (simulated or unknown)."""
+        name = host.split(":", 1)[0]
+        if not name.endswith(".svc.cluster.local"):
+            return None
+        now = time.monotonic()
+        cached = self.cache.get(name)
+        if cached and now - cached[0] < self.ttl:
+            return cached[1]
+        qid = random.randrange(1, 0xFFFF)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.sendto(dns_query(name, qid), (self.server, 53))
+                addresses = dns_answer_addresses(sock.recv(4096), qid)
+            except OSError:
+                addresses = []
+        found = next((a for a in addresses if ipaddress.ip_address(a) in self.real_pods), None)
+        self.cache[name] = (now, found)
+        return found
+
+
 @dataclass
 class StandinState:
     default: Outcome = field(default_factory=Outcome)
+    dns: ClusterDns | None = None
     # One outcome per attempt: KubeRay submits a new Ray job (new id) for each retry of a RayJob;
     # the last outcome holds for any later attempt.
     outcomes: dict[tuple[str, str], Outcome | list[Outcome]] = field(default_factory=dict)
@@ -111,11 +189,43 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}")
 
+    def _relayed(self, host: str) -> bool:
+        """Relay the request to the real dashboard when `host` is a real pod's; True if it was."""
+        dns = self.state.dns
+        pod_ip = dns.real_pod(host) if dns is not None else None
+        if pod_ip is None:
+            return False
+        port = int(host.split(":", 1)[1]) if ":" in host else 80
+        url = urlsplit(self.path)
+        target = url.path + (f"?{url.query}" if url.query else "")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-connection", "connection")}
+        try:
+            upstream = http.client.HTTPConnection(pod_ip, port, timeout=30)
+            upstream.request(self.command, target, body=body, headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+        except OSError as exc:
+            self._send(502, {"error": f"real dashboard at {pod_ip}:{port} unreachable: {exc}"})
+            return True
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        upstream.close()
+        return True
+
     def do_GET(self) -> None:
         host, path = self._target()
         if path.startswith("/-/"):
             return self._control_get(path)
         self._record(host, path)
+        if self._relayed(host):
+            return
         if path.rstrip("/") == "/api/jobs":
             with self.state.lock:
                 ids = list(self.state.first_seen)
@@ -130,6 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         host, path = self._target()
         self._record(host, path)
+        if self._relayed(host):
+            return
         if path.startswith("/api/jobs/") and path.endswith("/stop"):
             job_id = path.removeprefix("/api/jobs/").removesuffix("/stop").strip("/")
             with self.state.lock:
@@ -146,6 +258,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         host, path = self._target()
         self._record(host, path)
+        if self._relayed(host):
+            return
         self._send(200, {"deleted": True})
 
     def do_PUT(self) -> None:
@@ -182,8 +296,8 @@ def _outcome(body: dict) -> Outcome:
                    after_seconds=float(body.get("afterSeconds", 0)))
 
 
-def make_server(port: int, default: Outcome | None = None) -> ThreadingHTTPServer:
-    state = StandinState(default=default or Outcome())
+def make_server(port: int, default: Outcome | None = None, dns: ClusterDns | None = None) -> ThreadingHTTPServer:
+    state = StandinState(default=default or Outcome(), dns=dns)
     handler = type("Handler", (_Handler,), {"state": state})
     server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
@@ -196,9 +310,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--running-seconds", type=float, default=5.0,
                         help="how long a Ray job reports RUNNING before its outcome (default 5)")
     parser.add_argument("--default-status", default="SUCCEEDED", choices=sorted(TERMINAL | {"RUNNING"}))
+    parser.add_argument("--cluster-dns", default=None, help="the real node's CoreDNS address")
+    parser.add_argument("--real-pods", default=None, help="the real node's pod subnet, e.g. 10.244.0.0/24")
     args = parser.parse_args(argv)
     default = Outcome(status=args.default_status, after_seconds=args.running_seconds)
-    make_server(args.port, default).serve_forever()
+    dns = ClusterDns(args.cluster_dns, ipaddress.ip_network(args.real_pods)) if args.cluster_dns else None
+    make_server(args.port, default, dns).serve_forever()
 
 
 if __name__ == "__main__":

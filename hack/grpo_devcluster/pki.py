@@ -130,15 +130,28 @@ def generate(root: Path, service_ip: str) -> Pki:
     return pki
 
 
-def kubeconfig(pki: Pki, server: str, user: str = "devcluster-admin") -> dict:
-    """An admin kubeconfig that authenticates with the client certificate."""
+def client_cert(pki: Pki, common_name: str, organization: str | None, file_stem: str) -> tuple[Path, Path]:
+    """A client certificate signed by the cluster's CA (user `common_name`, group `organization`)."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
+    key = _key()
+    cert = _sign(_name(common_name, organization), key.public_key(), ca_key, ca_name, is_ca=False,
+                 usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    cert_path, key_path = pki.root / f"{file_stem}.crt", pki.root / f"{file_stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)
+    return cert_path, key_path
+
+
+def kubeconfig(pki: Pki, server: str, cert: tuple[Path, Path] | None = None, user: str = "devcluster-admin") -> dict:
+    """A kubeconfig that authenticates with a client certificate (the admin's unless `cert` is given)."""
+    cert_path, key_path = cert or (pki.admin_cert, pki.admin_key)
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "devcluster", "cluster": {
             "server": server, "certificate-authority": str(pki.ca_cert)}}],
-        "users": [{"name": user, "user": {
-            "client-certificate": str(pki.admin_cert), "client-key": str(pki.admin_key)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert_path), "client-key": str(key_path)}}],
         "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": user}}],
         "current-context": "devcluster",
     }
