@@ -166,7 +166,7 @@ class LocalCluster:
             self._start_dashboard_standin()
             self._start_kuberay()
             if self.real_node:
-                self._start_node(creds)
+                self.start_node()
         except BaseException:
             self.stop()
             raise
@@ -204,6 +204,9 @@ class LocalCluster:
             processes.stop_group(holder)
         node_mod.undo_host_changes(recorded, log=self.log)
         self._node_changes = {}
+        for name in NODE_PROCESSES:
+            self._pids.pop(name, None)
+        self.node = None
 
 
     @classmethod
@@ -441,10 +444,16 @@ class LocalCluster:
             f"http://127.0.0.1:{p.kuberay_probe}/readyz"), started, 60)
 
     # -- the real node -------------------------------------------------------------------------------
-    def _start_node(self, creds: pki.Pki) -> None:
+    def start_node(self) -> None:
+        """Start the real node (LocalCluster(real_node=True) does at start); Ready when it returns."""
+        if not self.real_node:
+            raise DevClusterError("real node", "this cluster was started without real_node=True: its Service "
+                                  "range is not reachable from a real node's pods")
+        if self.node is not None:
+            raise DevClusterError("real node", "the real node already runs")
         started = time.monotonic()
         self.node = node_mod.RealNode(
-            self.workdir / "node", cache_root() / "node", creds, self.ports.apiserver,
+            self.workdir / "node", cache_root() / "node", pki.Pki(self.workdir / "pki"), self.ports.apiserver,
             launch=lambda name, argv: self._launch(name, argv),
             binaries={"kubelet": self.bin("kubelet"), "coredns": self.bin("coredns")},
             kubectl=self.kubectl, log=self.log)
@@ -455,6 +464,12 @@ class LocalCluster:
         self.node.start([pause], lambda ref: images.export_command(buildah, ref))
         print(f"[devcluster] real node {node_config.NODE_NAME} Ready in {time.monotonic() - started:.1f}s",
               file=self.log, flush=True)
+
+    def stop_node(self) -> None:
+        """Stop the real node and undo what it changed on the host; the control plane keeps running."""
+        if self._node_changes:
+            self._stop_node(dict(self._pids), dict(self._node_changes))
+        self._save_state()
 
     def load_node_images(self, which: tuple[str, ...] = ("operator", "trainer")) -> dict[str, str]:
         """Build (cached) our images and put them into the real node; returns name -> reference."""

@@ -770,6 +770,14 @@ class GRPOJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(
         default_factory=SchedulingSpec, description="Queue, priority, suspend, deadline and retries."
     )
+    rehearsal: bool = Field(
+        default=False,
+        description="Rehearse instead of train: the RayJob runs the job's real entrypoint up to the point of "
+        "training (config checked by verl, every pool placed on its role's pods, GPUs per role, model, data and "
+        "reward function read from the real volumes, the checkpoint volume shared by the driver and the actors), "
+        "then exits with a verdict (status.rehearsal, the Rehearsal condition). Nothing is trained or exported.",
+        json_schema_extra=immutable("rehearsal"),
+    )
     verl: dict[str, Any] = Field(
         default_factory=dict,
         max_length=256,
@@ -829,6 +837,24 @@ class ProgressStatus(StatusModel):
     updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")
 
 
+class RehearsalCheck(StatusModel):
+    """One check of a rehearsal."""
+
+    name: str = Field(description="What was checked, e.g. ray.placement.global_pool.")
+    field: str = Field(default="", description="The spec field to change when it failed.")
+    ok: bool = Field(description="Whether it passed.")
+    message: str = Field(default="", description="What was found.")
+    fix: str | None = Field(default=None, description="What to do when it failed.")
+
+
+class RehearsalStatus(StatusModel):
+    """The verdict of spec.rehearsal, written by the trainer in the Ray cluster."""
+
+    passed: bool = Field(description="Whether every check passed.")
+    checks: list[RehearsalCheck] = Field(default_factory=list, description="Each check and what it found.")
+    finished_at: datetime | None = Field(default=None, description="When the rehearsal finished.")
+
+
 class ExportStatus(StatusModel):
     """The exported HuggingFace model."""
 
@@ -859,6 +885,7 @@ class GRPOJobStatus(StatusModel):
     checkpoint: CheckpointStatus | None = Field(default=None, description="The latest checkpoint.")
     progress: ProgressStatus | None = Field(default=None, description="Training progress.")
     export: ExportStatus | None = Field(default=None, description="The exported model.")
+    rehearsal: RehearsalStatus | None = Field(default=None, description="The rehearsal's verdict (spec.rehearsal).")
     observed_generation: int | None = Field(default=None, description="metadata.generation last acted on.")
     spec_digests: dict[str, str] | None = Field(
         default=None,

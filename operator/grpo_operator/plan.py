@@ -170,7 +170,15 @@ class Plan:
     reward_model_path: str | None
     reward_model_claim: str | None  # set only when it differs from the policy model's claim
     reward_function_path: str | None
+    export_enabled: bool = False
+    # spec.rehearsal: the RayJob rehearses instead of training, and nothing is exported after it.
+    rehearsal: bool = False
     mounts: Mounts = MOUNTS
+
+    @property
+    def exports(self) -> bool:
+        """Whether the converter runs after the RayJob completes."""
+        return self.export_enabled and not self.rehearsal
 
     @property
     def total_gpus(self) -> int:
@@ -424,4 +432,6 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         reward_model_path=reward_model_path,
         reward_model_claim=reward_model_claim,
         reward_function_path=reward_function_path,
+        export_enabled=spec.export.enabled,
+        rehearsal=spec.rehearsal,
     )

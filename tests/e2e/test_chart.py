@@ -14,8 +14,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,31 +25,16 @@ from grpo_devcluster.cluster import LocalCluster, Ports
 from grpo_devcluster.operator_runner import prepare_job_namespace
 
 from .grpojobs import apply_job, example, set_ray_outcome, wait_phase
+from .helm import CHART, Release, helm, install
 from .kube import create_namespace, get, wait_for
+from .prom import prometheus
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "grpo-operator"
 RULES = CHART / "files" / "prometheus-rules.yaml"
 EXAMPLE = "colocated-length"
 EXAMPLE_JOB = "qwen2-7b-length"
-
-
-@dataclass(frozen=True)
-class Release:
-    name: str
-    namespace: str
-    fullname: str
-    notes: str
-
-    @property
-    def service_account(self) -> str:
-        return self.fullname
-
-    @property
-    def subject(self) -> str:
-        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
 
 @pytest.fixture(scope="module")
@@ -62,24 +45,6 @@ def chart_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield local
     finally:
         local.stop()
-
-
-def helm(cluster: LocalCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(cluster.helm_path), *args], env={**cluster.env()}, capture_output=True,
-                            text=True, timeout=300, check=False)
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def install(cluster: LocalCluster, name: str, namespace: str, *values: str) -> Release:
-    """helm install into a namespace that enforces the "restricted" Pod Security Standard, and wait
-    until the Deployment is available: the apiserver admitted the pod as restricted."""
-    create_namespace(cluster, namespace)
-    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    set_args = [arg for value in values for arg in ("--set", value)]
-    out = helm(cluster, "install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s", *set_args)
-    return Release(name, namespace, f"{name}-grpo-operator", out.stdout.split("NOTES:", 1)[-1])
 
 
 @pytest.fixture(scope="module")
@@ -263,54 +228,13 @@ def test_single_namespace_mode_reconciles_there_and_is_refused_elsewhere(
 # --------------------------------------------------------------------------- Prometheus
 
 
-@dataclass(frozen=True)
-class Prometheus:
-    url: str
-
-    def query(self, expr: str) -> list[dict]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        return self._get(url)["result"]
-
-    def rule_groups(self) -> list[dict]:
-        return self._get(f"{self.url}/api/v1/rules")["groups"]
-
-    @staticmethod
-    def _get(url: str) -> dict:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(url, timeout=5) as response:
-            body = json.loads(response.read())
-        assert body["status"] == "success", body
-        return body["data"]
-
-
-def prometheus_config(metrics_port: int, rules: Path) -> dict:
+def operator_scrape(metrics_port: int) -> list[dict]:
     """Scrape only the operator on loopback, keeping its own `namespace` labels as the ServiceMonitor does."""
-    return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules)],
-        "scrape_configs": [{
-            "job_name": "grpo-operator",
-            "honor_labels": True,
-            "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
-        }],
-    }
-
-
-@contextlib.contextmanager
-def prometheus(workdir: Path, metrics_port: int) -> Iterator[Prometheus]:
-    """The Debian package's Prometheus on 127.0.0.1 with a throw-away TSDB."""
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(metrics_port, RULES)))
-    (port,) = processes.free_ports(1)
-    started = processes.start("prometheus", [
-        "prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], workdir)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        processes.wait_until("prometheus", lambda: processes.http_ok(f"{url}/-/ready"), started, 60)
-        yield Prometheus(url)
-    finally:
-        processes.stop_group(started.pid)
+    return [{
+        "job_name": "grpo-operator",
+        "honor_labels": True,
+        "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+    }]
 
 
 def test_prometheus_scrapes_job_phases_from_the_operator(
@@ -319,7 +243,7 @@ def test_prometheus_scrapes_job_phases_from_the_operator(
     with operator_as(chart_cluster, release, tmp_path) as operator:
         apply_job(chart_cluster, namespace, example(EXAMPLE))
         wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
-        with prometheus(tmp_path, operator.metrics_port) as prom:
+        with prometheus(tmp_path, operator_scrape(operator.metrics_port), [RULES]) as prom:
             succeeded = wait_for(
                 "Prometheus to return the job's phase",
                 lambda: prom.query(f'grpo_operator_job_phase{{namespace="{namespace}",grpojob="{EXAMPLE_JOB}"}}'),
@@ -341,7 +265,7 @@ def test_failed_job_fires_its_alert_in_real_prometheus(
     with operator_as(chart_cluster, release, tmp_path) as operator:
         apply_job(chart_cluster, namespace, example(EXAMPLE))
         wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Failed")
-        with prometheus(tmp_path, operator.metrics_port) as prom:
+        with prometheus(tmp_path, operator_scrape(operator.metrics_port), [RULES]) as prom:
             firing = wait_for("GRPOJobFailed to fire", lambda: prom.query(
                 'ALERTS{alertname="GRPOJobFailed",alertstate="firing"}'), timeout=60)
     assert [(a["metric"]["namespace"], a["metric"]["grpojob"], a["metric"]["severity"]) for a in firing] == [

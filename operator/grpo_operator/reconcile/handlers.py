@@ -117,7 +117,7 @@ async def _create(job: dict) -> None:
             kopf.event(job, type="Normal", reason="Created", message=message)
         # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
         # events find nothing to change (rayjob_event skips a status-less RayJob).
-        initial = observe_rayjob(job_plan.names.rayjob, {}, job_spec.export.enabled)
+        initial = observe_rayjob(job_plan.names.rayjob, {}, job_plan.exports, job_plan.rehearsal)
         fields = {
             **initial.fields,
             "configMapName": job_plan.names.configmap,

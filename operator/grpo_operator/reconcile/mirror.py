@@ -19,6 +19,7 @@ from grpo_operator.reconcile.status import (
     Observation,
     observe_export,
     observe_rayjob,
+    rehearsal_condition,
     restart_condition,
 )
 from grpo_operator.render import render_export_job
@@ -61,13 +62,16 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         return  # reconcile() reports these
     if rayjob is _UNREAD:
         rayjob = await kube.get("RayJob", namespace, facts.rayjob)
-    observation = observe_rayjob(facts.rayjob, rayjob, facts.export_enabled)
+    observation = observe_rayjob(facts.rayjob, rayjob, facts.exports, facts.rehearsal)
     if observation.wants_export:
         job_spec, job_plan = parse(name, namespace, job["spec"])
         observation = await _export(job, job_spec, job_plan)
     restarted = _restarted(status, observation, facts.retries)
     if restarted is not None:
         observation = replace(observation, extra_conditions=(*observation.extra_conditions, restarted))
+    rehearsed = rehearsal_condition(status.get("rehearsal")) if facts.rehearsal else None
+    if rehearsed is not None:
+        observation = replace(observation, extra_conditions=(*observation.extra_conditions, rehearsed))
     fields = dict(observation.fields)
     if (
         observation.phase == status.get("phase")
@@ -112,7 +116,8 @@ class _Facts:
     """What status mirroring needs from a parsed spec, kept small so thousands fit in memory."""
 
     rayjob: str
-    export_enabled: bool
+    exports: bool
+    rehearsal: bool
     retries: int
 
 
@@ -130,7 +135,7 @@ def _facts(job: dict) -> _Facts | None:
             job_spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
         except (ValidationError, PlanError):
             return None
-        found = _Facts(job_plan.names.rayjob, job_spec.export.enabled, job_spec.scheduling.retries)
+        found = _Facts(job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_spec.scheduling.retries)
         if len(_FACTS) >= _FACTS_MAX:
             _FACTS.pop(next(iter(_FACTS)), None)  # oldest first: dicts keep insertion order
         _FACTS[key] = found

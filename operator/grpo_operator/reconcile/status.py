@@ -39,8 +39,11 @@ def _ray_message(rayjob_status: dict) -> str:
     return rayjob_status.get("message") or ""
 
 
-def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Observation:
-    """Phase and Ready condition from a RayJob; `wants_export` once it completed and export is on."""
+def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehearsal: bool = False) -> Observation:
+    """Phase and Ready condition from a RayJob; `wants_export` once it completed and export is on.
+
+    `rehearsal`: the RayJob ran spec.rehearsal's checks, not training (its success says they passed).
+    """
     if rayjob is None:
         return Observation(
             "Pending", ConditionUpdate("Ready", "False", "RayJobMissing", f"RayJob {name} does not exist yet")
@@ -88,9 +91,10 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Obse
                 fields=fields,
                 wants_export=True,
             )
+        done = "completed: the rehearsal passed, nothing was trained" if rehearsal else "completed"
         return Observation(
             "Succeeded",
-            ConditionUpdate("Ready", "False", "Succeeded", f"RayJob {name} completed"),
+            ConditionUpdate("Ready", "False", "Succeeded", f"RayJob {name} {done}"),
             fields={**fields, "completionTime": _end_time(status)},
             finished=True,
         )
@@ -108,6 +112,21 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool) -> Obse
         ConditionUpdate("Ready", "Unknown", "UnknownRayJobState", f"RayJob {name} reports {deployment!r}"),
         fields=fields,
     )
+
+
+def rehearsal_condition(rehearsal: dict | None) -> ConditionUpdate | None:
+    """The `Rehearsal` condition from the verdict the trainer wrote into status.rehearsal (None: none yet)."""
+    if not rehearsal or "passed" not in rehearsal:
+        return None
+    checks = rehearsal.get("checks") or []
+    if rehearsal["passed"]:
+        return ConditionUpdate("Rehearsal", "True", "RehearsalPassed",
+                               f"all {len(checks)} checks passed (status.rehearsal lists them)")
+    failed = [c for c in checks if not c.get("ok")]
+    detail = "; ".join(f"{c.get('field') or c.get('name')}: {c.get('message', '')}"
+                       + (f" (fix: {c['fix']})" if c.get("fix") else "") for c in failed)
+    return ConditionUpdate("Rehearsal", "False", "RehearsalFailed", f"{len(failed)} of {len(checks)} checks failed: "
+                           f"{detail}")
 
 
 def restart_condition(restarts: int, retries: int, checkpoint: dict | None) -> ConditionUpdate:

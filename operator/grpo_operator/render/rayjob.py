@@ -22,6 +22,7 @@ from grpo_operator.render.common import (
 )
 
 ENTRYPOINT_TEMPLATE = "grpo-train --config_path {config_file}"
+REHEARSAL_FLAG = "--rehearsal"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -123,6 +124,12 @@ def _worker_group(spec: GRPOJobSpec, plan: Plan, group: WorkerGroup) -> dict[str
     }
 
 
+def entrypoint(spec: GRPOJobSpec, plan: Plan) -> str:
+    """The driver's command: training, or with spec.rehearsal the rehearsal of it (same config, no training)."""
+    command = ENTRYPOINT_TEMPLATE.format(config_file=plan.mounts.config_file)
+    return f"{command} {REHEARSAL_FLAG}" if spec.rehearsal else command
+
+
 def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     """The RayJob ``<job>``.
 
@@ -133,7 +140,7 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     if spec.scheduling.queue_name:
         meta["labels"][KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
     rayjob_spec: dict[str, Any] = {
-        "entrypoint": ENTRYPOINT_TEMPLATE.format(config_file=plan.mounts.config_file),
+        "entrypoint": entrypoint(spec, plan),
         # Kueue needs it, and GPUs should not idle after the job ends.
         "shutdownAfterJobFinishes": True,
         # Each retry is a new RayCluster on the same checkpoint volume; verl's resume_mode=auto

@@ -144,10 +144,16 @@ def test_peering_toggle_picks_peering_or_standalone() -> None:
     assert "ClusterKopfPeering" not in kinds(render("operator.peering.enabled=false"))
 
 
+def test_operator_pod_gives_kopf_its_pod_name_as_identity() -> None:
+    # Without POD_ID kopf calls getpass.getuser(), which raises as uid 65532 with no passwd entry.
+    env = {e["name"]: e for e in _container(render())["env"]}
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
 def test_deployment_env_is_read_by_the_operator_settings() -> None:
     container = _container(render("operator.defaultTrainerImage=registry.example/trainer:1.2",
                                   "operator.dependencyRetrySeconds=7", "metrics.port=9100", *NAMESPACED))
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     settings = OperatorSettings.from_env(env)
     assert settings == OperatorSettings(default_trainer_image="registry.example/trainer:1.2",
                                         namespaces=("team-a", "team-b"), metrics_host="0.0.0.0",

@@ -191,6 +191,7 @@ def test_spec_is_immutable_except_scheduling_suspend() -> None:
         "placement",
         "checkpoints",
         "export",
+        "rehearsal",
     }
     spec_rules = " ".join(r["rule"] for r in _rules(spec))
     for optional in ("image", "serviceAccountName", "imagePullSecrets", "env"):

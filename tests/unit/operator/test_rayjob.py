@@ -181,3 +181,17 @@ def test_pod_metadata_reaches_every_pod_and_our_labels_win(reference: tuple[GRPO
         assert template["metadata"]["labels"]["team"] == "research"
         assert template["metadata"]["labels"]["grpo.dev/job"] == "qwen2-7b-reference"
         assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+
+
+def test_rehearsal_runs_the_same_entrypoint_with_the_rehearsal_flag(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    spec, _ = reference
+    rehearsal = spec.model_copy(update={"rehearsal": True})
+    assert render_rayjob(*reference)["spec"]["entrypoint"] == "grpo-train --config_path /etc/grpo/verl.yaml"
+    assert render_rayjob(rehearsal, plan_of(rehearsal))["spec"]["entrypoint"] == (
+        "grpo-train --config_path /etc/grpo/verl.yaml --rehearsal")
+
+
+def test_a_rehearsal_exports_nothing_even_with_export_enabled(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    spec, job_plan = reference
+    assert spec.export.enabled and job_plan.exports
+    assert not plan_of(spec.model_copy(update={"rehearsal": True})).exports

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, observe_export, observe_rayjob
+from grpo_operator.reconcile.status import (
+    ConditionUpdate,
+    merge_conditions,
+    observe_export,
+    observe_rayjob,
+    rehearsal_condition,
+)
 
 
 def _rayjob(deployment: str, **status: object) -> dict:
@@ -82,3 +88,24 @@ def test_condition_transition_time_changes_only_with_status() -> None:
     assert same[0]["lastTransitionTime"] == "t1" and same[0]["reason"] == "B"
     assert flipped[0]["lastTransitionTime"] == "t3"
     assert flipped[0]["observedGeneration"] == 2
+
+
+def test_completed_rehearsal_succeeds_saying_nothing_was_trained() -> None:
+    observed = observe_rayjob("job", _rayjob("Complete"), export_enabled=False, rehearsal=True)
+    assert observed.phase == "Succeeded"
+    assert "rehearsal passed, nothing was trained" in observed.ready.message
+    assert not observed.wants_export
+
+
+def test_rehearsal_verdict_becomes_a_condition_naming_each_failed_field_and_fix() -> None:
+    assert rehearsal_condition(None) is None
+    passed = rehearsal_condition({"passed": True, "checks": [{"name": "a", "ok": True}] * 3})
+    assert (passed.status, passed.reason, passed.message) == ("True", "RehearsalPassed",
+                                                               "all 3 checks passed (status.rehearsal lists them)")
+    failed = rehearsal_condition({"passed": False, "checks": [
+        {"name": "reward.function", "field": "spec.reward.function", "ok": False,
+         "message": "compute_score raised ZeroDivisionError", "fix": "fix the function"},
+        {"name": "ray.placement.global_pool", "field": "spec.placement.roles", "ok": True, "message": "ok"}]})
+    assert (failed.status, failed.reason) == ("False", "RehearsalFailed")
+    assert failed.message == ("1 of 2 checks failed: spec.reward.function: compute_score raised ZeroDivisionError "
+                              "(fix: fix the function)")

@@ -55,9 +55,12 @@ class StatusReporter:
         return self._api
 
     def report(self, m: StepMetrics, total_steps: int | None) -> bool:
+        return self.patch(build_progress_patch(m, total_steps, datetime.now(UTC)), f"status.progress at step {m.step}")
+
+    def patch(self, body: dict[str, Any], what: str) -> bool:
+        """A merge patch of the status subresource; `what` names it in the log if it fails."""
         if self._disabled:
             return False
-        body = build_progress_patch(m, total_steps, datetime.now(UTC))
         try:
             self._client().patch_namespaced_custom_object_status(
                 GROUP,
@@ -73,5 +76,5 @@ class StatusReporter:
             if type(e).__name__ == "ConfigException":
                 # not in a pod (no service account): stop trying, once
                 self._disabled = True
-            log.warning("could not patch %s/%s status.progress at step %d: %s", self.namespace, self.name, m.step, e)
+            log.warning("could not patch %s/%s %s: %s", self.namespace, self.name, what, e)
             return False

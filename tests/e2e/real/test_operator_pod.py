@@ -1,0 +1,108 @@
+"""The operator as users run it: `helm install`ed from the image built from images/operator/Dockerfile,
+a real pod on the real node under the chart's restricted securityContext and read-only root filesystem.
+
+Before this ran, the image crashed at start-up on every cluster (kopf asked getpass.getuser() for its
+identity as uid 65532 with no passwd entry; the chart set no POD_ID).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from grpo_devcluster import node_config
+from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.operator_runner import prepare_job_namespace
+
+from ..grpojobs import apply_job, example, wait_phase
+from ..helm import Release
+from ..kube import create_namespace, get, items, wait_for
+from ..prom import prometheus
+from .conftest import NodeImages
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = "colocated-length"
+EXAMPLE_JOB = "qwen2-7b-length"
+
+
+def the_pod(cluster: LocalCluster, release: Release) -> dict:
+    pods = items(cluster, "pods", "-n", release.namespace, "-l", f"app.kubernetes.io/instance={release.name}")
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]
+
+
+def http_get(url: str) -> tuple[int, str]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=5) as response:
+        return response.status, response.read().decode()
+
+
+def test_operator_pod_runs_on_the_real_node_from_the_built_image(
+        real_node: LocalCluster, operator_pod: Release, node_images: NodeImages) -> None:
+    pod = the_pod(real_node, operator_pod)
+    status = pod["status"]
+    assert pod["spec"]["nodeName"] == node_config.NODE_NAME
+    assert status["phase"] == "Running"
+    container = status["containerStatuses"][0]
+    assert container["ready"] is True
+    assert container["image"].endswith(node_images.operator.rsplit("/", 1)[-1])
+    spec = pod["spec"]["containers"][0]
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+
+
+def test_operator_pod_passes_its_liveness_probe_and_never_restarts(
+        real_node: LocalCluster, operator_pod: Release) -> None:
+    pod = the_pod(real_node, operator_pod)
+    container = pod["spec"]["containers"][0]
+    probe = container["livenessProbe"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    # Past the first probe and two more periods since the container started: probed at least twice.
+    time.sleep(probe["initialDelaySeconds"] + 2 * probe["periodSeconds"] + 2)
+    pod = the_pod(real_node, operator_pod)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    events = items(real_node, "events", "-n", operator_pod.namespace,
+                   f"--field-selector=involvedObject.name={pod['metadata']['name']}")
+    assert not [e["message"] for e in events if e["reason"] in ("Unhealthy", "BackOff", "Failed")]
+    # The host reaches the pod through the node's bridge: the same endpoint the kubelet probes.
+    code, body = http_get(f"http://{pod['status']['podIP']}:{ports[probe['httpGet']['port']]}/healthz")
+    assert code == 200, body
+
+
+def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster, operator_pod: Release) -> None:
+    namespace = create_namespace(real_node, "team-pod-operator")
+    prepare_job_namespace(real_node, namespace)
+    apply_job(real_node, namespace, example(EXAMPLE))  # its Ray pods land on KWOK's fake GPU nodes
+    phases = wait_phase(real_node, namespace, EXAMPLE_JOB, "Succeeded", timeout=180)
+    assert phases[-1] == "Succeeded"
+    rayjob = get(real_node, "rayjob", EXAMPLE_JOB, "-n", namespace)
+    assert rayjob["metadata"]["ownerReferences"][0]["kind"] == "GRPOJob"
+    log = real_node.kubectl("logs", "-n", operator_pod.namespace, f"deploy/{operator_pod.fullname}").stdout
+    assert "Traceback" not in log
+
+
+def test_prometheus_scrapes_the_operator_pod(real_node: LocalCluster, operator_pod: Release, tmp_path: Path) -> None:
+    """Real Prometheus finds the pod through the API (kubernetes_sd, as a PodMonitor does) and scrapes it."""
+    pki = real_node.workdir / "pki"
+    scrape = [{
+        "job_name": "grpo-operator-pod",
+        "honor_labels": True,
+        "kubernetes_sd_configs": [{
+            "role": "pod", "api_server": real_node.server, "namespaces": {"names": [operator_pod.namespace]},
+            "tls_config": {"ca_file": str(pki / "ca.crt"), "cert_file": str(pki / "admin.crt"),
+                           "key_file": str(pki / "admin.key")},
+        }],
+        "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics",
+                             "action": "keep"}],
+    }]
+    with prometheus(tmp_path, scrape) as prom:
+        up = wait_for("Prometheus to scrape the operator pod",
+                      lambda: [t for t in prom.targets() if t["health"] == "up"], timeout=60)
+        reconciles = wait_for("the operator's reconcile counter",
+                              lambda: prom.query("grpo_operator_reconcile_total"), timeout=30)
+    pod = the_pod(real_node, operator_pod)
+    assert [t["discoveredLabels"]["__address__"].split(":")[0] for t in up] == [pod["status"]["podIP"]]
+    assert reconciles
