@@ -72,11 +72,18 @@ def test_operator_pod_passes_its_liveness_probe_and_never_restarts(
     assert code == 200, body
 
 
-def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster, operator_pod: Release) -> None:
+@pytest.fixture(scope="module")
+def reconciled_job(real_node: LocalCluster, operator_pod: Release) -> tuple[str, list[str]]:
+    """The colocated example reconciled by the operator pod (its Ray pods land on KWOK's fake GPU nodes)."""
     namespace = create_namespace(real_node, "team-pod-operator")
     prepare_job_namespace(real_node, namespace)
-    apply_job(real_node, namespace, example(EXAMPLE))  # its Ray pods land on KWOK's fake GPU nodes
-    phases = wait_phase(real_node, namespace, EXAMPLE_JOB, "Succeeded", timeout=180)
+    apply_job(real_node, namespace, example(EXAMPLE))
+    return namespace, wait_phase(real_node, namespace, EXAMPLE_JOB, "Succeeded", timeout=180)
+
+
+def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster, operator_pod: Release,
+                                                        reconciled_job: tuple[str, list[str]]) -> None:
+    namespace, phases = reconciled_job
     assert phases[-1] == "Succeeded"
     rayjob = get(real_node, "rayjob", EXAMPLE_JOB, "-n", namespace)
     assert rayjob["metadata"]["ownerReferences"][0]["kind"] == "GRPOJob"
@@ -84,25 +91,22 @@ def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster,
     assert "Traceback" not in log
 
 
-def test_prometheus_scrapes_the_operator_pod(real_node: LocalCluster, operator_pod: Release, tmp_path: Path) -> None:
-    """Real Prometheus finds the pod through the API (kubernetes_sd, as a PodMonitor does) and scrapes it."""
-    pki = real_node.workdir / "pki"
-    scrape = [{
-        "job_name": "grpo-operator-pod",
-        "honor_labels": True,
-        "kubernetes_sd_configs": [{
-            "role": "pod", "api_server": real_node.server, "namespaces": {"names": [operator_pod.namespace]},
-            "tls_config": {"ca_file": str(pki / "ca.crt"), "cert_file": str(pki / "admin.crt"),
-                           "key_file": str(pki / "admin.key")},
-        }],
-        "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics",
-                             "action": "keep"}],
-    }]
+def test_prometheus_scrapes_the_operator_pod(real_node: LocalCluster, operator_pod: Release,
+                                              reconciled_job: tuple[str, list[str]], tmp_path: Path) -> None:
+    """Real Prometheus scrapes the pod's metrics port over the pod network.
+
+    Debian's Prometheus is built without Kubernetes service discovery, so the test does what a PodMonitor's
+    selector does (the release's pod, its port named `metrics`) and hands Prometheus that address.
+    """
+    pod = the_pod(real_node, operator_pod)
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    target = f"{pod['status']['podIP']}:{ports['metrics']}"
+    scrape = [{"job_name": "grpo-operator-pod", "honor_labels": True, "static_configs": [{"targets": [target]}]}]
     with prometheus(tmp_path, scrape) as prom:
         up = wait_for("Prometheus to scrape the operator pod",
                       lambda: [t for t in prom.targets() if t["health"] == "up"], timeout=60)
-        reconciles = wait_for("the operator's reconcile counter",
-                              lambda: prom.query("grpo_operator_reconcile_total"), timeout=30)
-    pod = the_pod(real_node, operator_pod)
-    assert [t["discoveredLabels"]["__address__"].split(":")[0] for t in up] == [pod["status"]["podIP"]]
-    assert reconciles
+        namespace, _ = reconciled_job
+        phase = wait_for("the job's phase from the pod's metrics", lambda: prom.query(
+            f'grpo_operator_job_phase{{namespace="{namespace}",grpojob="{EXAMPLE_JOB}"}} == 1'), timeout=30)
+    assert [t["scrapeUrl"] for t in up] == [f"http://{target}/metrics"]
+    assert [r["metric"]["phase"] for r in phase] == ["Succeeded"]
