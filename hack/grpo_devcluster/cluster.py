@@ -31,11 +31,12 @@ SERVICE_IP = "127.96.0.1"
 POD_CIDR = "127.64.0.0/16"
 # With a real node, Service IPs must be reachable from its pods: the node's own range, which the host
 # blackholes (node_config.py); the `kubernetes` Service's IP is an address of the node's namespace.
+HACK_DIR = Path(__file__).resolve().parents[1]  # on PYTHONPATH of our own helper processes
 REAL_NODE_SERVICE_CIDR = node_config.SERVICE_CIDR
 REAL_NODE_SERVICE_IP = node_config.API_SERVICE_IP
 # The node's processes, stopped in this order before the control plane (the kubelet first, the holder
 # of its namespaces last: its mount namespace, and every mount in it, ends with it).
-NODE_PROCESSES = ("kubelet", "coredns", "containerd", "api-forward-service", "api-forward-node",
+NODE_PROCESSES = ("volume-provisioner", "kubelet", "coredns", "containerd", "api-forward-service", "api-forward-node",
                   "api-forward-host", "node-namespaces")
 
 
@@ -422,7 +423,7 @@ class LocalCluster:
         started = self._launch("ray-dashboard-standin", [
             sys.executable, "-m", "grpo_devcluster.dashboard_standin", f"--port={p.dashboard_standin}",
             f"--running-seconds={self.ray_job_running_seconds}", *(real if self.real_node else []),
-        ], env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        ], env={"PYTHONPATH": str(HACK_DIR)})
         processes.wait_until("ray-dashboard-standin", lambda: processes.http_ok(
             f"{self.dashboard_standin_url}/-/healthz"), started, 30)
 
@@ -454,7 +455,8 @@ class LocalCluster:
         started = time.monotonic()
         self.node = node_mod.RealNode(
             self.workdir / "node", cache_root() / "node", pki.Pki(self.workdir / "pki"), self.ports.apiserver,
-            launch=lambda name, argv: self._launch(name, argv),
+            self.kubeconfig,
+            launch=lambda name, argv: self._launch(name, argv, {"PYTHONPATH": str(HACK_DIR)}),
             binaries={"kubelet": self.bin("kubelet"), "coredns": self.bin("coredns")},
             kubectl=self.kubectl, log=self.log)
         # Recorded before anything changes, so a failed start is undone by stop() like a finished one.

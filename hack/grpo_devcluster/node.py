@@ -101,12 +101,13 @@ def write_fake_sysfs(root: Path, cpus: int, real: Path = Path("/sys/devices/syst
 class RealNode:
     """One real node of the local cluster. `launch` starts a tracked process (the cluster's `_launch`)."""
 
-    def __init__(self, workdir: Path, cache: Path, pki: pki_mod.Pki, apiserver_port: int,
+    def __init__(self, workdir: Path, cache: Path, pki: pki_mod.Pki, apiserver_port: int, kubeconfig: Path,
                  launch: Callable[[str, list[str]], processes.Started], binaries: dict[str, Path],
                  kubectl: Callable[..., subprocess.CompletedProcess], log=sys.stderr) -> None:
         self.paths = cfg.NodePaths(workdir, cache)
         self.pki = pki
         self.apiserver_port = apiserver_port
+        self.kubeconfig = kubeconfig  # the admin's, for the volume provisioner on the host
         self.launch = launch
         self.binaries = binaries
         self.kubectl = kubectl
@@ -208,6 +209,7 @@ class RealNode:
         self._start_coredns()
         self._start_kubelet()
         self._advertise()
+        self._start_volumes()
 
     def _forward_apiserver(self) -> None:
         sock = self.paths.api_socket
