@@ -1,7 +1,11 @@
 """grpo-devcluster: build, start, stop and inspect the local control plane.
 
   grpo-devcluster build            build every component (cached under ~/.cache/grpo-devcluster)
+  grpo-devcluster images [NAME..]  build the operator and trainer images with buildah from their Dockerfiles
+                                   (cached); with a running real node, import them into it
+                                   (NAME: operator, trainer = its rehearsal variant, trainer-full)
   grpo-devcluster start            start on 127.0.0.1; prints the KUBECONFIG to use
+                                   (--real-node: also the real node beside the KWOK nodes; needs root)
   grpo-devcluster stop             stop everything started from GRPO_DEVCLUSTER_DIR
   grpo-devcluster status           which components run
   grpo-devcluster env              `export KUBECONFIG=…; export PATH=…` for a shell
@@ -13,7 +17,7 @@ import argparse
 import sys
 import time
 
-from . import build, processes
+from . import build, images, processes
 from .cluster import LocalCluster, default_workdir
 from .errors import DevClusterError
 
@@ -21,7 +25,9 @@ from .errors import DevClusterError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo-devcluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["build", "start", "stop", "status", "env"])
+    parser.add_argument("command", choices=["build", "images", "start", "stop", "status", "env"])
+    parser.add_argument("names", nargs="*", help="images: which to build (default: operator trainer)")
+    parser.add_argument("--real-node", action="store_true", help="start: with the real node (containerd + kubelet)")
     parser.add_argument("--dir", default=None, help=f"working directory (default {default_workdir()})")
     parser.add_argument("--ray-job-seconds", type=float, default=5.0,
                         help="how long simulated Ray jobs report RUNNING before they succeed")
@@ -33,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, path in built.items():
                 print(f"{name}: {path}")
             print(f"all built in {time.monotonic() - started:.0f}s")
+        elif args.command == "images":
+            return build_images(args.names or ["operator", "trainer"], args.dir)
         elif args.command == "start":
-            LocalCluster(args.dir, ray_job_running_seconds=args.ray_job_seconds).start()
+            LocalCluster(args.dir, ray_job_running_seconds=args.ray_job_seconds, real_node=args.real_node).start()
         elif args.command == "stop":
             cluster = LocalCluster.attach(args.dir)
             ports = list(cluster.ports.owners())
@@ -56,6 +64,28 @@ def main(argv: list[str] | None = None) -> int:
     except DevClusterError as exc:
         print(f"grpo-devcluster: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def build_images(names: list[str], workdir: str | None) -> int:
+    unknown = sorted(set(names) - set(images.RECIPES))
+    if unknown:
+        print(f"grpo-devcluster: unknown image {unknown}; choose from {sorted(images.RECIPES)}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    built = images.build_node_images(names)
+    for name, image in built.items():
+        took = f"built in {image.seconds:.0f}s" if image.seconds else "cached"
+        print(f"{name}: {image.reference} ({image.size}, {took})")
+    try:
+        cluster = LocalCluster.attach(workdir)
+    except DevClusterError:
+        cluster = None
+    if cluster is not None and cluster.real_node:
+        cluster.attach_node()
+        cluster.load_node_images(tuple(names))
+        print(f"imported into the real node of {cluster.workdir}")
+    print(f"done in {time.monotonic() - started:.0f}s")
     return 0
 
 

@@ -453,12 +453,7 @@ class LocalCluster:
         if self.node is not None:
             raise DevClusterError("real node", "the real node already runs")
         started = time.monotonic()
-        self.node = node_mod.RealNode(
-            self.workdir / "node", cache_root() / "node", pki.Pki(self.workdir / "pki"), self.ports.apiserver,
-            self.kubeconfig,
-            launch=lambda name, argv: self._launch(name, argv, {"PYTHONPATH": str(HACK_DIR)}),
-            binaries={"kubelet": self.bin("kubelet"), "coredns": self.bin("coredns")},
-            kubectl=self.kubectl, log=self.log)
+        self.node = self._make_node()
         # Recorded before anything changes, so a failed start is undone by stop() like a finished one.
         self.node.on_change = self._record_node
         buildah = images.Buildah(log=self.log)
@@ -466,6 +461,21 @@ class LocalCluster:
         self.node.start([pause], lambda ref: images.export_command(buildah, ref))
         print(f"[devcluster] real node {node_config.NODE_NAME} Ready in {time.monotonic() - started:.1f}s",
               file=self.log, flush=True)
+
+    def _make_node(self) -> node_mod.RealNode:
+        return node_mod.RealNode(
+            self.workdir / "node", cache_root() / "node", pki.Pki(self.workdir / "pki"), self.ports.apiserver,
+            self.kubeconfig,
+            launch=lambda name, argv: self._launch(name, argv, {"PYTHONPATH": str(HACK_DIR)}),
+            binaries={"kubelet": self.bin("kubelet"), "coredns": self.bin("coredns")},
+            kubectl=self.kubectl, log=self.log)
+
+    def attach_node(self) -> None:
+        """The real node a cluster started by another process runs (after attach()), to load images into."""
+        if not self._node_changes:
+            raise DevClusterError("real node", f"the cluster of {self.workdir} runs no real node")
+        self.node = self._make_node()
+        self.node.holder_pid = self._pids.get("node-namespaces")
 
     def stop_node(self) -> None:
         """Stop the real node and undo what it changed on the host; the control plane keeps running."""

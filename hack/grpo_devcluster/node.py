@@ -30,8 +30,8 @@ from pathlib import Path
 import yaml
 
 from . import node_config as cfg
+from . import node_volumes, processes
 from . import pki as pki_mod
-from . import processes
 from .errors import DevClusterError
 
 # Host paths the kubelet, containerd, runc and the CNI plugins write whatever their configuration says.
@@ -56,6 +56,8 @@ class HostChanges:
     veth: str = ""
     blackhole: bool = False
     sysctls: dict[str, str] = field(default_factory=dict)
+    # Never changed (the bridge needs no forwarding): recorded so a test can show it is as it was.
+    ip_forward: str = ""
     created_paths: list[str] = field(default_factory=list)
     netns_before: list[str] = field(default_factory=list)
     # Cgroup directories (CGROUP_PARENTS in each controller) the node created; present ones stay.
@@ -83,6 +85,7 @@ def check_host() -> None:
 
 def write_fake_sysfs(root: Path, cpus: int, real: Path = Path("/sys/devices/system/node/node0")) -> None:
     """The fake /sys/devices/system/{cpu,node} the kubelet sees (node_config.fake_sysfs_files)."""
+    shutil.rmtree(root, ignore_errors=True)  # a node started again in the same cluster writes it afresh
     real_node0: dict[str, str] = {}
     if (real / "meminfo").is_file():
         real_node0["meminfo"] = (real / "meminfo").read_text()
@@ -128,6 +131,7 @@ class RealNode:
         self.changes.netns = f"grpo-node-{suffix}"
         self.changes.veth = f"grpo-h{suffix}"[:15]
         self.changes.sysctls = {k: Path("/proc/sys", k).read_text().strip() for k in KUBELET_SYSCTLS}
+        self.changes.ip_forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
         self.changes.created_paths = [p for p in FIXED_HOST_PATHS if not os.path.lexists(p)]
         self.changes.netns_before = sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.is_dir() else []
         self.changes.cgroups = [str(c / parent) for c in CGROUP_ROOT.iterdir() if c.is_dir() and not c.is_symlink()
@@ -286,6 +290,19 @@ class RealNode:
         """nvidia.com/gpu as an extended resource of the node (no device plugin; no GPU behind it)."""
         patch = json.dumps([{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": str(cfg.FAKE_GPUS)}])
         self.kubectl("patch", "node", cfg.NODE_NAME, "--subresource=status", "--type=json", "-p", patch)
+        # The kubelet derives allocatable from capacity at its next status update (every 10 s).
+        deadline = time.monotonic() + 60
+        while self.kubectl("get", "node", cfg.NODE_NAME, "-o", "jsonpath={.status.allocatable.nvidia\\.com/gpu}",
+                           check=False).stdout.strip() != str(cfg.FAKE_GPUS):
+            if time.monotonic() > deadline:
+                raise DevClusterError("real node", "the kubelet never made the advertised GPUs allocatable")
+            time.sleep(0.5)
+
+    def _start_volumes(self) -> None:
+        """The `grpo-node-local` StorageClass and its provisioner (node_volumes.py), on the host."""
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(node_volumes.storage_class()))
+        self.launch("volume-provisioner", [sys.executable, "-m", "grpo_devcluster.node_volumes",
+                                           f"--kubeconfig={self.kubeconfig}", f"--root={self.paths.volumes}"])
 
 
 
