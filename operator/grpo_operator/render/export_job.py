@@ -7,6 +7,7 @@ from typing import Any
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render.common import Volumes, apply_pod_placement, metadata, pod_metadata
+from grpo_operator.render.security import restrict
 
 # The converter's --dtype spellings for the API's.
 CONVERTER_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "keep": "keep"}
@@ -70,6 +71,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
     }
     # CPU work: it runs where the Ray head would (the GPU-free placement the user chose).
     apply_pod_placement(pod_spec, spec, head)
+    restrict(pod_spec)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -20,6 +20,8 @@ from grpo_operator.render.common import (
     pod_metadata,
     trainer_env,
 )
+from grpo_operator.render.security import restrict
+from grpo_operator.render.submitter import SUBMISSION_MODE, render_submitter_template
 
 ENTRYPOINT_TEMPLATE = "grpo-train --config_path {config_file}"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -87,6 +89,7 @@ def _pod_template(
         "volumes": vols.volumes,
     }
     apply_pod_placement(pod_spec, spec, pod)
+    restrict(pod_spec)  # KubeRay copies the Ray container's securityContext to the init container it adds
     return {"metadata": pod_metadata(spec, plan, "trainer", **{ROLE_LABEL: role}), "spec": pod_spec}
 
 
@@ -140,6 +143,10 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         # makes it continue from the latest checkpoint.
         "backoffLimit": spec.scheduling.retries,
         "suspend": spec.scheduling.suspend,
+        # The submitter Job's pod carries the job's pull secrets, account, placement and Pod Security
+        # (render/submitter.py says why not KubeRay's default pod or SidecarMode).
+        "submissionMode": SUBMISSION_MODE,
+        "submitterPodTemplate": render_submitter_template(spec, plan),
         "rayClusterSpec": {
             "enableInTreeAutoscaling": False,
             "headGroupSpec": _head_group(spec, plan),
