@@ -465,7 +465,11 @@ class PlacementSpec(ApiModel):
 
 
 class VolumeSpec(ApiModel):
-    """An existing claim, or a new PVC the operator creates as <job>-checkpoints."""
+    """An existing claim, or a new PVC the operator creates as <job>-checkpoints.
+
+    Every job keeps its checkpoints in its own directory of the claim, <namespace>/<name>, so jobs can
+    share a team claim without resuming, pruning or exporting each other's steps.
+    """
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -479,10 +483,21 @@ class VolumeSpec(ApiModel):
                 "checkpoints.volume.storageClassName and accessModes only apply to a new PVC (size); "
                 "remove them when using claimName",
             ),
+            cel(
+                "!has(self.accessModes) || !self.accessModes.exists(m, m == 'ReadWriteOncePod')",
+                "checkpoints.volume.accessModes: ReadWriteOncePod lets one pod mount the claim, but the Ray "
+                "head and every actor pod write checkpoints; use ReadWriteOnce (one actor pod) or "
+                "ReadWriteMany",
+            ),
         )
     )
 
-    claim_name: Name | None = Field(default=None, description="An existing PersistentVolumeClaim to use.")
+    claim_name: Name | None = Field(
+        default=None,
+        description="An existing PersistentVolumeClaim to use. The job writes under <namespace>/<name>/ in it. "
+        "A ReadWriteOnce claim works with one actor pod (the head is then placed on that pod's node); more "
+        "actor pods need ReadWriteMany.",
+    )
     size: Annotated[str, Field(max_length=QUANTITY_MAX, pattern=QUANTITY_PATTERN)] | None = Field(
         default=None, description="Size of a new PVC, e.g. 500Gi."
     )
@@ -493,8 +508,45 @@ class VolumeSpec(ApiModel):
         default=None,
         min_length=1,
         max_length=3,
-        description="Access modes of a new PVC. Defaults to ReadWriteMany: every actor pod writes its shards "
-        "and the export Job reads them.",
+        description="Access modes of a new PVC. The Ray head (verl's driver) and every actor pod write "
+        "checkpoints. Defaults to ReadWriteOnce when the actor is one pod (the head is then placed on its "
+        "node, so block storage such as EBS, PD or Azure Disk works), else ReadWriteMany (a shared "
+        "filesystem: EFS, Filestore, Azure Files, NFS).",
+    )
+
+
+class ResumeFrom(ApiModel):
+    """A warm start from a checkpoint this job did not write: another job's, or a directory on a claim."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.jobName) != has(self.path)",
+                "checkpoints.resumeFrom needs exactly one of jobName (another GRPOJob's checkpoints) or path "
+                "(a checkpoint directory on the claim); set one and remove the other",
+            ),
+        )
+    )
+
+    job_name: Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX, pattern=DNS1123_SUBDOMAIN)] | None = (
+        Field(
+            default=None,
+            description="A GRPOJob of this namespace whose checkpoints to start from: its directory "
+            "<namespace>/<jobName>/ on claimName.",
+        )
+    )
+    path: RelPath | None = Field(
+        default=None,
+        description="A checkpoint directory relative to the claim's root: the directory holding "
+        "global_step_N/ and latest_checkpointed_iteration.txt.",
+    )
+    claim_name: Name | None = Field(
+        default=None,
+        description="The claim holding that checkpoint (mounted read-only); this job's checkpoint claim when "
+        "empty. A job that had its own PVC names it here: <jobName>-checkpoints.",
+    )
+    step: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="The step to start from; the latest saved one when empty."
     )
 
 
@@ -503,7 +555,17 @@ def _default_volume() -> VolumeSpec:
 
 
 class CheckpointSpec(ApiModel):
-    """Checkpoints on a PVC: saved every saveEvery steps, resumed automatically on retry."""
+    """Checkpoints on a PVC, in the job's own directory: saved every saveEvery steps, resumed on retry."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.resumeFrom) || self.resume == 'auto'",
+                "checkpoints.resumeFrom needs checkpoints.resume=auto (the job starts from it when it has no "
+                "checkpoint of its own); remove resumeFrom or set resume to auto",
+            ),
+        )
+    )
 
     save_every: int = Field(
         default=50, ge=1, le=1_000_000, description="Steps between checkpoints (verl trainer.save_freq)."
@@ -512,7 +574,7 @@ class CheckpointSpec(ApiModel):
         default=3,
         ge=1,
         le=1000,
-        description="Checkpoints kept; older ones are deleted (verl trainer.max_actor_ckpt_to_keep).",
+        description="Checkpoints kept; older ones of this job are deleted (verl trainer.max_actor_ckpt_to_keep).",
     )
     volume: VolumeSpec = Field(default_factory=_default_volume, description="Where checkpoints live.")
     delete_policy: Literal["Retain", "Delete"] = Field(
@@ -523,9 +585,14 @@ class CheckpointSpec(ApiModel):
     )
     resume: Literal["auto", "disable"] = Field(
         default="auto",
-        description="auto resumes from the latest checkpoint on the volume (verl trainer.resume_mode), "
-        "which is "
-        "what makes a retry continue instead of restart.",
+        description="auto resumes from the latest checkpoint in the job's directory (verl trainer.resume_mode), "
+        "which is what makes a retry, or a GRPOJob re-created with the same name, continue instead of restart.",
+    )
+    resume_from: ResumeFrom | None = Field(
+        default=None,
+        description="Start from another job's checkpoint (model, optimizer and data position; training "
+        "continues at that step) when this job has none of its own yet. A retry still resumes from this "
+        "job's own latest checkpoint.",
     )
 
 

@@ -22,7 +22,7 @@ def grpo_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
 
 @pytest.fixture
 def team_ns(cluster: LocalCluster, grpo_operator: OperatorProcess, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace with the `models` and `datasets` claims the examples mount."""
+    """A fresh namespace with the `models`, `datasets` and `exports` claims the examples mount."""
     name = f"t{next(_counter)}-{request.node.name.lower().replace('_', '-')}"[:50].rstrip("-")
     create_namespace(cluster, name)  # waits for the namespace's default ServiceAccount
     return prepare_job_namespace(cluster, name)

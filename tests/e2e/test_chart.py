@@ -88,7 +88,7 @@ def release(chart_cluster: LocalCluster) -> Release:
 
 
 def team_namespace(cluster: LocalCluster, name: str) -> str:
-    """A namespace with the `models` and `datasets` claims the example mounts."""
+    """A namespace with the `models`, `datasets` and `exports` claims the examples mount."""
     create_namespace(cluster, name)  # waits for the namespace's default ServiceAccount
     return prepare_job_namespace(cluster, name)
 

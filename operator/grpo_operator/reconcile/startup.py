@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 
 from grpo_operator import metrics
+from grpo_operator.reconcile.binding import STORAGE_CHECKS
 from grpo_operator.reconcile.common import SETTINGS
 from grpo_operator.reconcile.handlers import RETRIES
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
@@ -66,6 +67,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close_client(**_: Any) -> None:
     RETRIES.cancel_all()
+    STORAGE_CHECKS.cancel_all()
     for task in _background:
         task.cancel()
     await kube.api().close()

@@ -31,7 +31,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
         raise ValueError("render_export_job needs spec.export.target (the CRD requires it when export is enabled)")
     m = plan.mounts
     vols = Volumes()
-    vols.claim("checkpoints", plan.checkpoint_claim, m.checkpoints, read_only=True)
+    vols.checkpoints(plan, read_only=True)  # this job's directory only: never another job's latest step
     vols.claim("export-target", target.claim_name, m.export, read_only=False)
     command = [
         "grpo-export",

@@ -57,6 +57,7 @@ RESOURCES: dict[str, Resource] = {
     "PersistentVolumeClaim": Resource("", "v1", "persistentvolumeclaims"),
     "ServiceAccount": Resource("", "v1", "serviceaccounts"),
     "Pod": Resource("", "v1", "pods"),
+    "Event": Resource("", "v1", "events"),
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Job": Resource("batch", "v1", "jobs"),
@@ -276,6 +277,33 @@ async def patch_grpojob_status(namespace: str, name: str, status: dict) -> None:
 async def patch_rayjob_suspend(namespace: str, name: str, suspend: bool) -> None:
     path = RESOURCES["RayJob"].path(namespace, name)
     await api().request("PATCH", path, {"spec": {"suspend": suspend}}, content_type=MERGE_PATCH)
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """What the handlers need of a PersistentVolumeClaim: how it may be mounted, whether it is bound."""
+
+    access_modes: tuple[str, ...]
+    phase: str
+
+
+def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
+    return ClaimFacts(
+        access_modes=tuple((claim.get("spec") or {}).get("accessModes") or ()),
+        phase=str((claim.get("status") or {}).get("phase") or "Pending"),
+    )
+
+
+async def claim_facts(namespace: str, name: str) -> ClaimFacts | None:
+    found = await get("PersistentVolumeClaim", namespace, name)
+    return None if found is None else claim_facts_of(found)
+
+
+async def events_of(namespace: str, kind: str, name: str) -> list[dict]:
+    """The core/v1 Events about one object (the claims' binding and provisioning Events)."""
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    found = await api().request("GET", RESOURCES["Event"].path(namespace), params={"fieldSelector": selector})
+    return found.get("items") or []
 
 
 async def configmap_keys(namespace: str, name: str) -> set[str] | None:
