@@ -650,6 +650,7 @@ class SchedulingSpec(ApiModel):
             _frozen_optional("priorityClassName"),
             _frozen_optional("activeDeadlineSeconds"),
             _frozen_optional("retries"),
+            _frozen_optional("keepFailedClusterSeconds"),
         )
     )
 
@@ -673,6 +674,14 @@ class SchedulingSpec(ApiModel):
         le=100,
         description="Times a failed run is retried (RayJob backoffLimit); each retry resumes from the latest "
         "checkpoint.",
+    )
+    keep_failed_cluster_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=604_800,
+        description="How long the Ray cluster (its pods, their logs and the Ray dashboard) is kept after the "
+        "last attempt failed, for debugging (KubeRay's ttlSecondsAfterFinished); 0 deletes it at once. After "
+        "success it is deleted at once. The driver's log stays in the submitter Job either way (status.logs).",
     )
 
 
@@ -865,7 +874,10 @@ class StatusModel(BaseModel):
 class Condition(StatusModel):
     """A Kubernetes-style condition (metav1.Condition)."""
 
-    type: str = Field(description="Condition type, e.g. Ready, Invalid, CheckpointSaved, Exported.")
+    type: str = Field(
+        description="Condition type: Ready, Valid, ClaimsBound, Restarted, Exported, and at the end Complete and "
+        "Succeeded, or Failed (for kubectl wait --for=condition=...)."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word, for machines.")
     message: str = Field(default="", description="What happened and what to do, for humans.")
@@ -894,6 +906,13 @@ class ProgressStatus(StatusModel):
     entropy: float | None = Field(default=None, description="Policy entropy at the last step.")
     response_length_mean: float | None = Field(default=None, description="Mean response length in tokens.")
     updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")
+
+
+class LogsStatus(StatusModel):
+    """Where the driver's output is: KubeRay's submitter Job follows it with `ray job logs --follow`."""
+
+    submitter_job: str = Field(description="The submitter Job (named after the RayJob); kept after the job ends.")
+    command: str = Field(description="A kubectl command that prints the driver's log.")
 
 
 class ExportStatus(StatusModel):
@@ -926,6 +945,7 @@ class GRPOJobStatus(StatusModel):
     checkpoint: CheckpointStatus | None = Field(default=None, description="The latest checkpoint.")
     progress: ProgressStatus | None = Field(default=None, description="Training progress.")
     export: ExportStatus | None = Field(default=None, description="The exported model.")
+    logs: LogsStatus | None = Field(default=None, description="Where the driver's log is.")
     observed_generation: int | None = Field(default=None, description="metadata.generation last acted on.")
     spec_digests: dict[str, str] | None = Field(
         default=None,

@@ -170,8 +170,11 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         meta["labels"][KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
     rayjob_spec: dict[str, Any] = {
         "entrypoint": ENTRYPOINT_TEMPLATE.format(config_file=plan.mounts.config_file),
-        # Kueue needs it, and GPUs should not idle after the job ends.
+        # Kueue needs it, and GPUs should not idle after the job ends: the RayCluster goes after
+        # ttlSecondsAfterFinished, which the operator sets to 0 once training completed (mirror.py), so it
+        # is kept only after a failure, for its logs.
         "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": spec.scheduling.keep_failed_cluster_seconds,
         # Each retry is a new RayCluster on the same checkpoint volume; verl's resume_mode=auto
         # makes it continue from the latest checkpoint.
         "backoffLimit": spec.scheduling.retries,

@@ -306,6 +306,12 @@ async def events_of(namespace: str, kind: str, name: str) -> list[dict]:
     return found.get("items") or []
 
 
+async def patch_rayjob_ttl(namespace: str, name: str, seconds: int) -> None:
+    """How long KubeRay keeps the RayJob's RayCluster after it finished (spec.ttlSecondsAfterFinished)."""
+    path = RESOURCES["RayJob"].path(namespace, name)
+    await api().request("PATCH", path, {"spec": {"ttlSecondsAfterFinished": seconds}}, content_type=MERGE_PATCH)
+
+
 async def configmap_keys(namespace: str, name: str) -> set[str] | None:
     found = await get("ConfigMap", namespace, name)
     if found is None:

@@ -24,6 +24,8 @@ def test_rayjob_runs_grpo_train_and_shuts_down_after(reference: tuple[GRPOJobSpe
     assert (rj["apiVersion"], rj["kind"], rj["metadata"]["name"]) == ("ray.io/v1", "RayJob", "qwen2-7b-reference")
     assert rj["spec"]["entrypoint"] == "grpo-train --config_path /etc/grpo/verl.yaml"
     assert rj["spec"]["shutdownAfterJobFinishes"] is True
+    # Kept 5 minutes after the last failure for its logs; the operator sets 0 once training completed.
+    assert rj["spec"]["ttlSecondsAfterFinished"] == 300
     assert rj["spec"]["backoffLimit"] == 2
     assert rj["spec"]["suspend"] is False
     assert "activeDeadlineSeconds" not in rj["spec"]
