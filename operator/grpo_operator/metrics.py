@@ -38,6 +38,11 @@ JOB_KL_COEF = Gauge(
     "Configured KL loss coefficient (spec.algorithm.klLoss.coef) of each GRPOJob that uses the KL loss.",
     ["namespace", "grpojob"],
 )
+KUBERAY_COMPATIBLE = Gauge(
+    "grpo_operator_kuberay_compatible",
+    "1 when the installed KubeRay's RayJob CRD has every field the operator renders, 0 when it lacks one "
+    "(every GRPOJob is then refused naming the version needed); absent until known.",
+)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 

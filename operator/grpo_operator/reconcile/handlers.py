@@ -17,12 +17,13 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import metrics
+from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError, with_checkpoint_claim
 from grpo_operator.reconcile.binding import STORAGE_CHECKS, check_storage_later
 from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
 from grpo_operator.reconcile.common import SETTINGS, parse, refuse, validation_message, write_status
+from grpo_operator.reconcile.compat import COMPAT
 from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_fields, next_action, spec_digests
 from grpo_operator.reconcile.mirror import sync_status
 from grpo_operator.reconcile.retries import KeyedLocks, Retries
@@ -31,6 +32,8 @@ from grpo_operator.runtime import kube, priority
 from grpo_operator.runtime.lookups import SharedLookups
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
+# The reason of a job refused because the installed KubeRay lacks what it needs (kuberay.py).
+UNSUPPORTED_KUBERAY = "UnsupportedKubeRay"
 log = logging.getLogger("grpo_operator")
 
 
@@ -105,15 +108,22 @@ async def _create(job: dict) -> None:
         # Ahead of every status write and of later jobs' requests: in a burst the RayJob of each job
         # comes as soon as the apiserver gets to it, not after the status traffic (priority.py).
         with priority.creating(started):
-            problems, claims = await _missing(namespace, job_spec, job_plan)
+            unusable = await COMPAT.problem()
+            if unusable is not None:
+                problems: list[tuple[str, str, str]] = [("", UNSUPPORTED_KUBERAY, unusable)]
+            else:
+                problems, claims = await _missing(namespace, job_spec, job_plan)
             if not problems:
                 try:
                     job_plan = _with_existing_claims(job_spec, job_plan, claims)
+                    created = await _create_children(job, training_children(job_spec, job_plan))
                 except PlanError as exc:
                     result = "invalid"
                     await refuse(job, "InvalidSpec", str(exc))
                     return
-                created = await _create_children(job, training_children(job_spec, job_plan))
+                except kuberay.KubeRayUnsupported as exc:
+                    COMPAT.refused(exc.message)
+                    problems = [("", UNSUPPORTED_KUBERAY, exc.message)]
         if problems:
             result = "waiting"
             await refuse(job, problems[0][1], "; ".join(p[2] for p in problems))
@@ -292,5 +302,12 @@ async def _ensure(owner: kopf.Body, child: Child) -> bool:
         kopf.adopt(body, owner=owner)
     else:
         body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
-    return await kube.create_if_absent(body)
+    try:
+        return await kube.create_if_absent(body)
+    except kube.ApiError as exc:
+        # A RayJob field the installed CRD does not have: strict validation refuses it (kuberay.py).
+        refusal = kuberay.refusal_of(exc.message) if child.kind == "RayJob" and exc.status in (400, 422) else None
+        if refusal is not None:
+            raise kuberay.KubeRayUnsupported(refusal) from exc
+        raise
 

@@ -240,11 +240,16 @@ def api() -> Client:
     return _client
 
 
+# The apiserver refuses (instead of silently pruning) a field the object's schema lacks: an older CRD then
+# says which field it does not know (kuberay.py).
+STRICT = {"fieldValidation": "Strict"}
+
+
 async def create_if_absent(body: dict) -> bool:
     """Create `body`; True if this call created it, False if it already existed."""
     resource = RESOURCES[body["kind"]]
     try:
-        await api().request("POST", resource.path(body["metadata"]["namespace"]), body)
+        await api().request("POST", resource.path(body["metadata"]["namespace"]), body, params=STRICT)
     except ApiError as exc:
         if exc.status == 409:
             return False
@@ -263,6 +268,16 @@ async def get(kind: str, namespace: str, name: str) -> dict | None:
 
 async def exists(kind: str, namespace: str, name: str) -> bool:
     return await get(kind, namespace, name) is not None
+
+
+async def get_crd(name: str) -> dict | None:
+    """A CustomResourceDefinition (cluster-scoped), None when it is not installed."""
+    try:
+        return await api().request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 async def get_grpojob(namespace: str, name: str) -> dict | None:

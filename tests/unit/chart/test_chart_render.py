@@ -72,8 +72,28 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 
 def test_defaults_render_the_operator_and_no_monitoring_objects() -> None:
-    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                               "ServiceAccount"]
+    # The Job is `helm test`'s install check (a hook: created only by `helm test`).
+    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Job",
+                               "Service", "ServiceAccount"]
+
+
+def test_helm_test_reads_the_operators_metrics_as_a_restricted_pod_without_credentials() -> None:
+    docs = render()
+    check = one(docs, "Job")
+    assert check["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    pod = check["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == [
+        "python", "-m", "grpo_operator.selftest",
+        "--metrics-url=http://grpo-grpo-operator-metrics.grpo-system.svc:8080/metrics", "--version=0.1.0"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # Neither the Deployment nor the metrics Service may take the check's pod for the operator.
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    assert not one(docs, "Service")["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert "Job" not in kinds(render("metrics.service.enabled=false"))
 
 
 @pytest.mark.parametrize(("toggle", "kind"), [
