@@ -727,6 +727,33 @@ class EnvVar(ApiModel):
     )
 
 
+# --------------------------------------------------------------------------- monitoring
+
+
+class MonitoringSpec(ApiModel):
+    """Thresholds of the chart's training-health alerts for this job, relative to the job's own early steps.
+
+    Editable while the job runs: the operator exports them for the alert rules at once.
+    """
+
+    entropy_collapse_fraction: float = Field(
+        default=0.3,
+        gt=0,
+        lt=1,
+        description="GRPOJobEntropyCollapsed fires when the policy entropy stays below this fraction of the median "
+        "entropy of the job's first 10 steps for 10 minutes. Healthy runs lose much of their entropy early; "
+        "a collapse goes far below.",
+    )
+    kl_growth_factor: float = Field(
+        default=4.0,
+        gt=1,
+        le=1000,
+        description="GRPOJobKLRising fires when the KL loss to the reference is more than this factor above its "
+        "value 30 minutes earlier, for 10 minutes (once the job is past its first 10 steps, whose KL "
+        "grows from zero). A healthy KL grows slowly.",
+    )
+
+
 _SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata")
 
 
@@ -846,6 +873,9 @@ class GRPOJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(
         default_factory=SchedulingSpec, description="Queue, priority, suspend, deadline and retries."
     )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec, description="Thresholds of the training-health alerts (editable)."
+    )
     verl: dict[str, Any] = Field(
         default_factory=dict,
         max_length=256,
@@ -905,6 +935,13 @@ class ProgressStatus(StatusModel):
     kl_divergence: float | None = Field(default=None, description="KL to the reference policy at the last step.")
     entropy: float | None = Field(default=None, description="Policy entropy at the last step.")
     response_length_mean: float | None = Field(default=None, description="Mean response length in tokens.")
+    entropy_baseline: float | None = Field(
+        default=None,
+        description="Median entropy of the job's first 10 steps: what the entropy-collapse alert compares with.",
+    )
+    non_finite_steps: int | None = Field(
+        default=None, description="Steps whose loss, gradient norm, entropy or reward was NaN or infinite."
+    )
     updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")
 
 

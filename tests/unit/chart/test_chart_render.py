@@ -242,6 +242,21 @@ def test_prometheus_rule_ships_the_promtool_tested_file() -> None:
     assert rule["metadata"]["labels"]["release"] == "kps"
 
 
+def test_runbook_links_become_absolute_with_a_base_url() -> None:
+    base = "https://git.example.com/ml/grpo-operator/blob/v0.1.0/docs/runbooks.md"
+    rule = one(render("prometheusRule.enabled=true", f"prometheusRule.runbookBaseURL={base}"), "PrometheusRule")
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert urls["GRPOJobKLRising"] == f"{base}#grpojobklrising"
+    assert all(url.startswith(f"{base}#") for url in urls.values())
+    # Everything else is still the promtool-tested file.
+    shipped = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    for group in (rule["spec"], shipped):
+        for g in group["groups"]:
+            for r in g["rules"]:
+                r["annotations"].pop("runbook_url")
+    assert rule["spec"] == shipped
+
+
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar() -> None:
     cm = one(render("grafanaDashboard.enabled=true", "grafanaDashboard.namespace=monitoring"), "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
