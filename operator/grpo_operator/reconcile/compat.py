@@ -30,14 +30,20 @@ class KubeRayCompat:
         recheck_seconds: float,
         read_crd: Callable[[], Awaitable[dict[str, Any] | None]] = _read_rayjob_crd,
         clock: Callable[[], float] = time.monotonic,
+        readable: bool = True,
     ) -> None:
         self.recheck_seconds = recheck_seconds
         self._read_crd = read_crd
         self._clock = clock
         self._compatible = False
-        self._readable = True
+        self._readable = readable
         self._problem: str | None = None
         self._at = 0.0
+
+    @property
+    def compatible(self) -> bool:
+        """Known compatible: the CRD was read and has every field."""
+        return self._compatible
 
     async def problem(self) -> str | None:
         """None when jobs may be created; else why not, naming the KubeRay version needed."""
@@ -78,4 +84,6 @@ class KubeRayCompat:
 
 
 # A job refused for its KubeRay is tried again on the same timer as one waiting for a missing claim.
-COMPAT = KubeRayCompat(SETTINGS.dependency_retry_seconds)
+# An operator watching named namespaces holds no cluster-wide rights (the chart's single-namespace mode):
+# it does not try to read the CRD, and strict creation is its check.
+COMPAT = KubeRayCompat(SETTINGS.dependency_retry_seconds, readable=not SETTINGS.namespaces)

@@ -75,8 +75,10 @@ async def _check_kuberay() -> None:
     except Exception as exc:  # the apiserver not answering yet: each job's creation checks again
         log.warning("could not check the installed KubeRay at start-up: %s", exc)
         return
-    if problem is None:
+    if COMPAT.compatible:
         log.info("KubeRay's RayJob CRD has every field the operator renders")
+    elif problem is None:
+        log.info("KubeRay's RayJob schema is checked when each RayJob is created (the CRD is not read)")
 
 
 @kopf.on.cleanup()

@@ -155,3 +155,12 @@ def test_other_api_errors_are_not_swallowed() -> None:
 
     with pytest.raises(ApiError):
         asyncio.run(KubeRayCompat(30, broken).problem())
+
+
+def test_a_single_namespace_operator_never_reads_the_crd() -> None:
+    async def read() -> dict[str, Any]:
+        raise AssertionError("read the CRD without cluster-wide rights")
+
+    compat = KubeRayCompat(30, read, readable=False)
+    assert asyncio.run(compat.problem()) is None
+    assert not compat.compatible
