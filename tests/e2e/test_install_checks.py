@@ -7,6 +7,7 @@ KubeRay v1.5.0 added) and runs operators of its own, which must not touch the se
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,8 +64,9 @@ def old_kuberay(floor_cluster: LocalCluster) -> Iterator[LocalCluster]:
 
 
 def helm(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(cluster.helm_path), *args], env=cluster.env(), capture_output=True, text=True,
-                          timeout=300, check=False)
+    # HOME kept: without it helm writes its discovery cache to ./.kube in the working directory.
+    return subprocess.run([str(cluster.helm_path), *args], env={**os.environ, **cluster.env()}, capture_output=True,
+                          text=True, timeout=300, check=False)
 
 
 @pytest.fixture
