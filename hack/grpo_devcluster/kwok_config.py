@@ -76,8 +76,12 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
-# A test makes a Job's pod fail by giving it this annotation, with the message as its value.
+# A test makes a Job's pod fail by giving it this annotation, with the message as its value. KubeRay's
+# submitter pod carries the GRPOJob's podMetadata too, but is never failed by it: the annotation is
+# meant for the converter, and a failed submitter would end the RayJob before there is one.
 FAIL_POD_ANNOTATION = "devcluster.grpo.dev/fail"
+_COMPONENT = '.metadata.labels["app.kubernetes.io/component"]'
+SUBMITTER_COMPONENT = "submitter"
 _FAIL_MESSAGE = '{{ index $.metadata.annotations "' + FAIL_POD_ANNOTATION + '" | Quote }}'
 
 
@@ -204,11 +208,16 @@ def stages(pod_ready_delay_ms: int = 500) -> list[dict]:
                {"statusTemplate": _POD_RUNNING}, delay_ms=pod_ready_delay_ms),
         _stage("pod-fail", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job,
-                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True)],
+                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True),
+                {"key": _COMPONENT, "operator": "NotIn", "values": [SUBMITTER_COMPONENT]}],
                {"statusTemplate": _POD_FAILED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-complete", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job,
                 _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', False)],
+               {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
+        _stage("pod-complete-submitter", "Pod",
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job,
+                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True), _in(_COMPONENT, SUBMITTER_COMPONENT)],
                {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-delete", "Pod", [_exists(".metadata.deletionTimestamp", True)], {"delete": True}),
         _pvc_provision_stage(),

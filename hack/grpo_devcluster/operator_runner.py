@@ -24,7 +24,7 @@ def install_crd(cluster: LocalCluster) -> None:
     cluster.wait_established("grpojobs.grpo.dev")
 
 
-EXAMPLE_CLAIMS = ("models", "datasets")
+EXAMPLE_CLAIMS = ("models", "datasets", "exports")
 
 
 def claim_manifest(namespace: str, name: str, size: str = "1Ti") -> dict:

@@ -465,7 +465,11 @@ class PlacementSpec(ApiModel):
 
 
 class VolumeSpec(ApiModel):
-    """An existing claim, or a new PVC the operator creates as <job>-checkpoints."""
+    """An existing claim, or a new PVC the operator creates as <job>-checkpoints.
+
+    Every job keeps its checkpoints in its own directory of the claim, <namespace>/<name>, so jobs can
+    share a team claim without resuming, pruning or exporting each other's steps.
+    """
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -479,10 +483,21 @@ class VolumeSpec(ApiModel):
                 "checkpoints.volume.storageClassName and accessModes only apply to a new PVC (size); "
                 "remove them when using claimName",
             ),
+            cel(
+                "!has(self.accessModes) || !self.accessModes.exists(m, m == 'ReadWriteOncePod')",
+                "checkpoints.volume.accessModes: ReadWriteOncePod lets one pod mount the claim, but the Ray "
+                "head and every actor pod write checkpoints; use ReadWriteOnce (one actor pod) or "
+                "ReadWriteMany",
+            ),
         )
     )
 
-    claim_name: Name | None = Field(default=None, description="An existing PersistentVolumeClaim to use.")
+    claim_name: Name | None = Field(
+        default=None,
+        description="An existing PersistentVolumeClaim to use. The job writes under <namespace>/<name>/ in it. "
+        "A ReadWriteOnce claim works with one actor pod (the head is then placed on that pod's node); more "
+        "actor pods need ReadWriteMany.",
+    )
     size: Annotated[str, Field(max_length=QUANTITY_MAX, pattern=QUANTITY_PATTERN)] | None = Field(
         default=None, description="Size of a new PVC, e.g. 500Gi."
     )
@@ -493,8 +508,45 @@ class VolumeSpec(ApiModel):
         default=None,
         min_length=1,
         max_length=3,
-        description="Access modes of a new PVC. Defaults to ReadWriteMany: every actor pod writes its shards "
-        "and the export Job reads them.",
+        description="Access modes of a new PVC. The Ray head (verl's driver) and every actor pod write "
+        "checkpoints. Defaults to ReadWriteOnce when the actor is one pod (the head is then placed on its "
+        "node, so block storage such as EBS, PD or Azure Disk works), else ReadWriteMany (a shared "
+        "filesystem: EFS, Filestore, Azure Files, NFS).",
+    )
+
+
+class ResumeFrom(ApiModel):
+    """A warm start from a checkpoint this job did not write: another job's, or a directory on a claim."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.jobName) != has(self.path)",
+                "checkpoints.resumeFrom needs exactly one of jobName (another GRPOJob's checkpoints) or path "
+                "(a checkpoint directory on the claim); set one and remove the other",
+            ),
+        )
+    )
+
+    job_name: Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX, pattern=DNS1123_SUBDOMAIN)] | None = (
+        Field(
+            default=None,
+            description="A GRPOJob of this namespace whose checkpoints to start from: its directory "
+            "<namespace>/<jobName>/ on claimName.",
+        )
+    )
+    path: RelPath | None = Field(
+        default=None,
+        description="A checkpoint directory relative to the claim's root: the directory holding "
+        "global_step_N/ and latest_checkpointed_iteration.txt.",
+    )
+    claim_name: Name | None = Field(
+        default=None,
+        description="The claim holding that checkpoint (mounted read-only); this job's checkpoint claim when "
+        "empty. A job that had its own PVC names it here: <jobName>-checkpoints.",
+    )
+    step: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="The step to start from; the latest saved one when empty."
     )
 
 
@@ -503,7 +555,17 @@ def _default_volume() -> VolumeSpec:
 
 
 class CheckpointSpec(ApiModel):
-    """Checkpoints on a PVC: saved every saveEvery steps, resumed automatically on retry."""
+    """Checkpoints on a PVC, in the job's own directory: saved every saveEvery steps, resumed on retry."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.resumeFrom) || self.resume == 'auto'",
+                "checkpoints.resumeFrom needs checkpoints.resume=auto (the job starts from it when it has no "
+                "checkpoint of its own); remove resumeFrom or set resume to auto",
+            ),
+        )
+    )
 
     save_every: int = Field(
         default=50, ge=1, le=1_000_000, description="Steps between checkpoints (verl trainer.save_freq)."
@@ -512,7 +574,7 @@ class CheckpointSpec(ApiModel):
         default=3,
         ge=1,
         le=1000,
-        description="Checkpoints kept; older ones are deleted (verl trainer.max_actor_ckpt_to_keep).",
+        description="Checkpoints kept; older ones of this job are deleted (verl trainer.max_actor_ckpt_to_keep).",
     )
     volume: VolumeSpec = Field(default_factory=_default_volume, description="Where checkpoints live.")
     delete_policy: Literal["Retain", "Delete"] = Field(
@@ -523,9 +585,14 @@ class CheckpointSpec(ApiModel):
     )
     resume: Literal["auto", "disable"] = Field(
         default="auto",
-        description="auto resumes from the latest checkpoint on the volume (verl trainer.resume_mode), "
-        "which is "
-        "what makes a retry continue instead of restart.",
+        description="auto resumes from the latest checkpoint in the job's directory (verl trainer.resume_mode), "
+        "which is what makes a retry, or a GRPOJob re-created with the same name, continue instead of restart.",
+    )
+    resume_from: ResumeFrom | None = Field(
+        default=None,
+        description="Start from another job's checkpoint (model, optimizer and data position; training "
+        "continues at that step) when this job has none of its own yet. A retry still resumes from this "
+        "job's own latest checkpoint.",
     )
 
 
@@ -583,6 +650,7 @@ class SchedulingSpec(ApiModel):
             _frozen_optional("priorityClassName"),
             _frozen_optional("activeDeadlineSeconds"),
             _frozen_optional("retries"),
+            _frozen_optional("keepFailedClusterSeconds"),
         )
     )
 
@@ -606,6 +674,14 @@ class SchedulingSpec(ApiModel):
         le=100,
         description="Times a failed run is retried (RayJob backoffLimit); each retry resumes from the latest "
         "checkpoint.",
+    )
+    keep_failed_cluster_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=604_800,
+        description="How long the Ray cluster (its pods, their logs and the Ray dashboard) is kept after the "
+        "last attempt failed, for debugging (KubeRay's ttlSecondsAfterFinished); 0 deletes it at once. After "
+        "success it is deleted at once. The driver's log stays in the submitter Job either way (status.logs).",
     )
 
 
@@ -648,6 +724,33 @@ class EnvVar(ApiModel):
         description="A core/v1 EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef), "
         "passed through to the pods as written.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+class MonitoringSpec(ApiModel):
+    """Thresholds of the chart's training-health alerts for this job, relative to the job's own early steps.
+
+    Editable while the job runs: the operator exports them for the alert rules at once.
+    """
+
+    entropy_collapse_fraction: float = Field(
+        default=0.3,
+        gt=0,
+        lt=1,
+        description="GRPOJobEntropyCollapsed fires when the policy entropy stays below this fraction of the median "
+        "entropy of the job's first 10 steps for 10 minutes. Healthy runs lose much of their entropy early; "
+        "a collapse goes far below.",
+    )
+    kl_growth_factor: float = Field(
+        default=4.0,
+        gt=1,
+        le=1000,
+        description="GRPOJobKLRising fires when the KL loss to the reference is more than this factor above its "
+        "value 30 minutes earlier, for 10 minutes (once the job is past its first 10 steps, whose KL "
+        "grows from zero). A healthy KL grows slowly.",
     )
 
 
@@ -778,6 +881,9 @@ class GRPOJobSpec(ApiModel):
         "then exits with a verdict (status.rehearsal, the Rehearsal condition). Nothing is trained or exported.",
         json_schema_extra=immutable("rehearsal"),
     )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec, description="Thresholds of the training-health alerts (editable)."
+    )
     verl: dict[str, Any] = Field(
         default_factory=dict,
         max_length=256,
@@ -806,7 +912,10 @@ class StatusModel(BaseModel):
 class Condition(StatusModel):
     """A Kubernetes-style condition (metav1.Condition)."""
 
-    type: str = Field(description="Condition type, e.g. Ready, Invalid, CheckpointSaved, Exported.")
+    type: str = Field(
+        description="Condition type: Ready, Valid, ClaimsBound, Restarted, Exported, and at the end Complete and "
+        "Succeeded, or Failed (for kubectl wait --for=condition=...)."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word, for machines.")
     message: str = Field(default="", description="What happened and what to do, for humans.")
@@ -834,6 +943,13 @@ class ProgressStatus(StatusModel):
     kl_divergence: float | None = Field(default=None, description="KL to the reference policy at the last step.")
     entropy: float | None = Field(default=None, description="Policy entropy at the last step.")
     response_length_mean: float | None = Field(default=None, description="Mean response length in tokens.")
+    entropy_baseline: float | None = Field(
+        default=None,
+        description="Median entropy of the job's first 10 steps: what the entropy-collapse alert compares with.",
+    )
+    non_finite_steps: int | None = Field(
+        default=None, description="Steps whose loss, gradient norm, entropy or reward was NaN or infinite."
+    )
     updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")
 
 
@@ -853,6 +969,13 @@ class RehearsalStatus(StatusModel):
     passed: bool = Field(description="Whether every check passed.")
     checks: list[RehearsalCheck] = Field(default_factory=list, description="Each check and what it found.")
     finished_at: datetime | None = Field(default=None, description="When the rehearsal finished.")
+
+
+class LogsStatus(StatusModel):
+    """Where the driver's output is: KubeRay's submitter Job follows it with `ray job logs --follow`."""
+
+    submitter_job: str = Field(description="The submitter Job (named after the RayJob); kept after the job ends.")
+    command: str = Field(description="A kubectl command that prints the driver's log.")
 
 
 class ExportStatus(StatusModel):
@@ -886,6 +1009,7 @@ class GRPOJobStatus(StatusModel):
     progress: ProgressStatus | None = Field(default=None, description="Training progress.")
     export: ExportStatus | None = Field(default=None, description="The exported model.")
     rehearsal: RehearsalStatus | None = Field(default=None, description="The rehearsal's verdict (spec.rehearsal).")
+    logs: LogsStatus | None = Field(default=None, description="Where the driver's log is.")
     observed_generation: int | None = Field(default=None, description="metadata.generation last acted on.")
     spec_digests: dict[str, str] | None = Field(
         default=None,

@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
 from grpo_operator import __version__
+from grpo_operator.api import MonitoringSpec
 
 RECONCILE_TOTAL = Counter("grpo_operator_reconcile_total", "GRPOJob reconciliations by result.", ["result"])
 RECONCILE_DURATION = Histogram(
@@ -38,6 +39,22 @@ JOB_KL_COEF = Gauge(
     "Configured KL loss coefficient (spec.algorithm.klLoss.coef) of each GRPOJob that uses the KL loss.",
     ["namespace", "grpojob"],
 )
+KUBERAY_COMPATIBLE = Gauge(
+    "grpo_operator_kuberay_compatible",
+    "1 when the installed KubeRay's RayJob CRD has every field the operator renders, 0 when it lacks one "
+    "(every GRPOJob is then refused naming the version needed); absent until known.",
+)
+JOB_ALERT_THRESHOLD = Gauge(
+    "grpo_operator_job_alert_threshold",
+    "Each GRPOJob's training-health alert thresholds (spec.monitoring), by threshold: entropy_collapse_fraction, "
+    "kl_growth_factor.",
+    ["namespace", "grpojob", "threshold"],
+)
+# spec.monitoring field -> the threshold label the alert rules select (charts/.../prometheus-rules.yaml).
+ALERT_THRESHOLDS = {"entropyCollapseFraction": "entropy_collapse_fraction", "klGrowthFactor": "kl_growth_factor"}
+# A stored spec carries the defaults (the CRD applies them); a spec that bypassed the CRD falls back to
+# the model's rather than leaving the job without alerts.
+_THRESHOLD_DEFAULTS = MonitoringSpec().model_dump(by_alias=True)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 
@@ -89,14 +106,27 @@ def kl_coef(spec: Mapping[str, Any]) -> float | None:
     return float(coef) if isinstance(coef, int | float) and not isinstance(coef, bool) else None
 
 
+def alert_thresholds(spec: Mapping[str, Any]) -> dict[str, float]:
+    """threshold label -> value, from spec.monitoring."""
+    monitoring = spec.get("monitoring") or {}
+    found: dict[str, float] = {}
+    for field, label in ALERT_THRESHOLDS.items():
+        value = monitoring.get(field, _THRESHOLD_DEFAULTS[field])
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            found[label] = float(value)
+    return found
+
+
 def record_spec(namespace: str, name: str, spec: Mapping[str, Any]) -> None:
-    """Export what alert thresholds need from the spec (the KL coefficient)."""
+    """Export what alert thresholds need from the spec: the KL coefficient and spec.monitoring."""
     coef = kl_coef(spec)
     with _lock:
         if coef is None:
             JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
         else:
             JOB_KL_COEF.labels(namespace=namespace, grpojob=name).set(coef)
+        for threshold, value in alert_thresholds(spec).items():
+            JOB_ALERT_THRESHOLD.labels(namespace=namespace, grpojob=name, threshold=threshold).set(value)
 
 
 def forget(namespace: str, name: str) -> None:
@@ -106,6 +136,8 @@ def forget(namespace: str, name: str) -> None:
             JOB_PHASE.remove(namespace, name, phase)
             _count(phase, -1)
         JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
+        for threshold in ALERT_THRESHOLDS.values():
+            JOB_ALERT_THRESHOLD.remove(namespace, name, threshold)  # a no-op when never set
 
 
 def observe_reconcile(result: str, seconds: float) -> None:

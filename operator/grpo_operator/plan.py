@@ -12,8 +12,8 @@ a ``PlanError`` into an ``Invalid`` condition and an Event with the same message
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
@@ -75,6 +75,7 @@ class Mounts:
     checkpoints: str = "/checkpoints"
     reward_function_dir: str = "/etc/grpo/reward"
     export: str = "/export"
+    resume_from: str = "/resume-from"
 
 
 MOUNTS = Mounts()
@@ -154,6 +155,15 @@ class WorkerGroup:
 
 
 @dataclass(frozen=True)
+class ResumeSource:
+    """Where a warm start reads its checkpoint: a directory of a claim, mounted read-only."""
+
+    claim: str
+    sub_path: str
+    step: int | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the render functions need, decided once."""
 
@@ -170,6 +180,12 @@ class Plan:
     reward_model_path: str | None
     reward_model_claim: str | None  # set only when it differs from the policy model's claim
     reward_function_path: str | None
+    # Checkpoint storage (the "checkpoints" section below): the job's own directory of the claim, the
+    # access modes of a PVC the operator creates, and whether the writers (head and actor) share a node.
+    checkpoint_sub_path: str = ""
+    checkpoint_access_modes: tuple[str, ...] = ()
+    writers_share_node: bool = False
+    resume_from: ResumeSource | None = None
     export_enabled: bool = False
     # spec.rehearsal: the RayJob rehearses instead of training, and nothing is exported after it.
     rehearsal: bool = False
@@ -394,6 +410,84 @@ def parse_spec(raw: Mapping[str, Any]) -> GRPOJobSpec:
         raise PlanError(field, f"{first['msg']} ({len(e.errors())} problem(s) in total)") from e
 
 
+# --------------------------------------------------------------------------- checkpoints
+
+READ_WRITE_ONCE = "ReadWriteOnce"
+READ_WRITE_MANY = "ReadWriteMany"
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+
+
+def checkpoint_sub_path(namespace: str, name: str) -> str:
+    """A job's own directory of its checkpoint claim: jobs sharing a claim never see each other's steps."""
+    return f"{namespace}/{name}"
+
+
+def _writers_share_node(field: str, modes: Sequence[str], actor: WorkerGroup, claim: str) -> bool:
+    """Whether the checkpoint writers (the head's driver and every actor pod) must share one node.
+
+    Without ReadWriteMany the claim attaches to one node, so the head follows the actor pod there;
+    more than one actor pod cannot share it, and ReadWriteOncePod admits only one pod of the writers.
+    """
+    if READ_WRITE_ONCE_POD in modes:
+        raise PlanError(
+            field,
+            f"{claim} is ReadWriteOncePod, which lets one pod mount it, but the Ray head and every actor pod "
+            "write checkpoints; use ReadWriteOnce (one actor pod) or ReadWriteMany",
+        )
+    if READ_WRITE_MANY in modes:
+        return False
+    if actor.replicas > 1:
+        raise PlanError(
+            field,
+            f"{claim} is {'/'.join(modes) or 'not ReadWriteMany'}, so it attaches to one node, but the "
+            f"{actor.replicas} actor pods (placement.roles.actor.replicas) each write checkpoints from their "
+            "own node; use a ReadWriteMany claim (a shared filesystem such as EFS, Filestore, Azure Files or NFS) "
+            "or one actor pod",
+        )
+    return True
+
+
+def _checkpoint_storage(spec: GRPOJobSpec, actor: WorkerGroup, claim: str) -> tuple[tuple[str, ...], bool]:
+    """(access modes of a new PVC, writers share a node); an existing claim is judged once read
+    (`with_checkpoint_claim`)."""
+    volume = spec.checkpoints.volume
+    if volume.claim_name is not None:
+        return (), False
+    default = READ_WRITE_ONCE if actor.replicas == 1 else READ_WRITE_MANY
+    modes = tuple(volume.access_modes or (default,))
+    return modes, _writers_share_node("checkpoints.volume.accessModes", modes, actor, f"the new PVC {claim}")
+
+
+def with_checkpoint_claim(job_plan: Plan, access_modes: Sequence[str]) -> Plan:
+    """The plan for an existing checkpoint claim (checkpoints.volume.claimName) with these access modes."""
+    share = _writers_share_node(
+        "checkpoints.volume.claimName",
+        tuple(access_modes),
+        job_plan.actor,
+        f"PersistentVolumeClaim {job_plan.checkpoint_claim!r}",
+    )
+    return replace(job_plan, writers_share_node=share)
+
+
+def _resume_source(spec: GRPOJobSpec, namespace: str, checkpoint_claim: str) -> ResumeSource | None:
+    source = spec.checkpoints.resume_from
+    if source is None:
+        return None
+    if source.job_name is not None:
+        sub_path = checkpoint_sub_path(namespace, source.job_name)
+    elif source.path is not None:
+        sub_path = source.path.rstrip("/")
+    else:  # the CRD requires one of them; a spec written around it is refused here
+        raise PlanError("checkpoints.resumeFrom", "needs exactly one of jobName or path")
+    if source.claim_name is None and spec.checkpoints.volume.claim_name is None:
+        raise PlanError(
+            "checkpoints.resumeFrom.claimName",
+            f"this job's checkpoints go to a new, empty PVC ({checkpoint_claim}), which holds nothing to start "
+            "from; name the claim that holds the checkpoint (a job's own PVC is <jobName>-checkpoints)",
+        )
+    return ResumeSource(claim=source.claim_name or checkpoint_claim, sub_path=sub_path, step=source.step)
+
+
 def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | None = None) -> Plan:
     """Decide worker groups, names, mounts and paths for the GRPOJob ``namespace/name``.
 
@@ -418,6 +512,8 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     if spec.reward.type == "function" and spec.reward.function is not None:
         reward_function_path = f"{MOUNTS.reward_function_dir}/{spec.reward.function.key}"
 
+    checkpoint_claim = volume.claim_name or names.checkpoint_pvc
+    access_modes, share_node = _checkpoint_storage(spec, groups[0], checkpoint_claim)  # groups[0] is the actor
     return Plan(
         names=names,
         image=image,
@@ -426,7 +522,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         groups=groups,
         service_account=spec.service_account_name or names.trainer_service_account,
         creates_service_account=spec.service_account_name is None,
-        checkpoint_claim=volume.claim_name or names.checkpoint_pvc,
+        checkpoint_claim=checkpoint_claim,
         creates_checkpoint_pvc=volume.claim_name is None,
         model_path=f"{MOUNTS.models}/{spec.model.path}",
         reward_model_path=reward_model_path,
@@ -434,4 +530,8 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         reward_function_path=reward_function_path,
         export_enabled=spec.export.enabled,
         rehearsal=spec.rehearsal,
+        checkpoint_sub_path=checkpoint_sub_path(namespace, name),
+        checkpoint_access_modes=access_modes,
+        writers_share_node=share_node,
+        resume_from=_resume_source(spec, namespace, checkpoint_claim),
     )

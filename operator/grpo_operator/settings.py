@@ -15,6 +15,8 @@ class OperatorSettings:
     metrics_port: int = 8080
     # How often a job that waits for a missing PVC or ConfigMap is checked again.
     dependency_retry_seconds: float = 30.0
+    # How often the claims of a job that is still Pending are checked for binding (reconcile/storage.py).
+    storage_check_seconds: float = 20.0
     # How soon a job whose creation failed past the client's own retries (an API outage) is tried again.
     error_retry_seconds: float = 15.0
     # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
@@ -41,6 +43,7 @@ class OperatorSettings:
                     env.get(prefix + "DEPENDENCY_RETRY_SECONDS", cls.dependency_retry_seconds)
                 ),
                 error_retry_seconds=float(env.get(prefix + "ERROR_RETRY_SECONDS", cls.error_retry_seconds)),
+                storage_check_seconds=float(env.get(prefix + "STORAGE_CHECK_SECONDS", cls.storage_check_seconds)),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
                 max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),

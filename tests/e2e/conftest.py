@@ -21,8 +21,13 @@ def grpo_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
 
 
 @pytest.fixture
-def team_ns(cluster: LocalCluster, grpo_operator: OperatorProcess, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace with the `models` and `datasets` claims the examples mount."""
+def team_ns(cluster: LocalCluster, grpo_operator: OperatorProcess, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace with the `models`, `datasets` and `exports` claims the examples mount.
+
+    Its GRPOJobs are deleted afterwards: a job left running, or a failed one's Ray cluster (kept for its
+    logs, spec.scheduling.keepFailedClusterSeconds), would hold fake GPUs the session's next tests need.
+    """
     name = f"t{next(_counter)}-{request.node.name.lower().replace('_', '-')}"[:50].rstrip("-")
     create_namespace(cluster, name)  # waits for the namespace's default ServiceAccount
-    return prepare_job_namespace(cluster, name)
+    yield prepare_job_namespace(cluster, name)
+    cluster.kubectl("delete", "grpojobs", "--all", "-n", name, "--wait=false")

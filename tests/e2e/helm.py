@@ -30,8 +30,10 @@ class Release:
 
 
 def helm(cluster: LocalCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(cluster.helm_path), *args], env={**cluster.env()}, capture_output=True,
-                            text=True, timeout=300, check=False)
+    # HOME inside the cluster's folder: helm keeps its cache there, not in the checkout or the user's home.
+    env = {**cluster.env(), "HOME": str(cluster.workdir / "helm-home")}
+    result = subprocess.run([str(cluster.helm_path), *args], env=env, capture_output=True, text=True, timeout=300,
+                            check=False)
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from grpo_devcluster.cluster import LocalCluster, Ports
 from grpo_devcluster.kwok_config import NodePool
 from grpo_devcluster.operator_runner import OperatorProcess, prepare_job_namespace, running_operator
 
-from .grpojobs import apply_job, condition, example, wait_phase
+from .grpojobs import apply_job, condition, example, set_attempts, wait_phase
 from .kube import create_namespace, get, items, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -78,15 +77,6 @@ def assert_one_of_each_child(cluster: LocalCluster, ns: str, jobs: list[str]) ->
         assert found["rolebindings"].get(job) == [f"{job}-trainer"]
         assert found["pvc"].get(job) == [f"{job}-checkpoints"]
     assert set(found["rayjobs"]) == set(jobs), "a RayJob without its GRPOJob"
-
-
-def set_attempts(cluster: LocalCluster, ns: str, rayjob: str, attempts: list[dict]) -> None:
-    """The Ray job of each KubeRay attempt reports these outcomes in turn."""
-    body = json.dumps({"attempts": attempts}).encode()
-    request = urllib.request.Request(f"{cluster.dashboard_standin_url}/-/outcomes/{ns}/{rayjob}",
-                                     data=body, method="PUT")
-    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5) as response:
-        assert response.status == 200
 
 
 def test_operator_killed_repeatedly_during_a_burst_ends_with_one_of_each_child(

@@ -52,7 +52,7 @@ def test_reference_example_pins_roles_and_walks_to_succeeded(cluster: LocalClust
     seen = wait_phase(cluster, team_ns, REFERENCE, "Succeeded", timeout=180)
     assert seen[-3:] == ["Running", "Exporting", "Succeeded"], seen
     job = get(cluster, "grpojob", REFERENCE, "-n", team_ns)
-    assert job["status"]["export"]["path"] == "exports/qwen2-7b-grpo"
+    assert job["status"]["export"]["path"] == "qwen2-7b-grpo"
     assert condition(job, "Exported")["status"] == "True"
     assert job["status"]["rayJobName"] == REFERENCE and job["status"]["completionTime"]
     export_job = get(cluster, "job", f"{REFERENCE}-export", "-n", team_ns)

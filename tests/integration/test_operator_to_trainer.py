@@ -56,3 +56,28 @@ def test_rendered_example_config_passes_the_trainers_dry_run(example: str, tmp_p
     expected_len = int((spec.data.max_prompt_length + spec.data.max_response_length) * 1.2)
     assert values["actor_rollout_ref.rollout.max_model_len"] == expected_len
     assert values["trainer.val_before_train"] is False and values["trainer.test_freq"] == -1
+
+
+def test_a_warm_started_job_starts_from_the_named_checkpoint(tmp_path: Path) -> None:
+    """checkpoints.resumeFrom, rendered by the operator, becomes verl's resume_path at the trainer's start."""
+    from grpo_trainer.config import build_config
+
+    body = yaml.safe_load((EXAMPLES / "colocated-length.yaml").read_text())
+    body["spec"]["checkpoints"] = {"volume": {"claimName": "team-ckpt"}, "resumeFrom": {"jobName": "warmup"}}
+    job = GRPOJob.model_validate(body)
+    job_plan = plan(job.spec, name="next", namespace="team-a", default_image="grpo-trainer:test")
+    # The pod's mounts, as directories: /checkpoints is this job's (empty), /resume-from the other job's.
+    text = render_verl_config(job.spec, job_plan)
+    for mount in ("/models", "/checkpoints", "/resume-from"):
+        text = text.replace(f"{mount}/", f"{tmp_path}{mount}/").replace(f"{mount}\n", f"{tmp_path}{mount}\n")
+    (tmp_path / "models" / job.spec.model.path).mkdir(parents=True)
+    (tmp_path / "models" / job.spec.model.path / "config.json").write_text(json.dumps({"max_position_embeddings": 8}))
+    step_dir = tmp_path / "resume-from" / "global_step_120"
+    (step_dir / "actor").mkdir(parents=True)
+    (step_dir / "actor" / "model_world_size_8_rank_0.pt").write_bytes(b"x")
+    (tmp_path / "resume-from" / "latest_checkpointed_iteration.txt").write_text("120")
+    config = tmp_path / "verl.yaml"
+    config.write_text(text)
+    built = build_config(str(config), strict=True)
+    assert built.verl.trainer.resume_mode == "resume_path"
+    assert built.verl.trainer.resume_from_path == str(step_dir)

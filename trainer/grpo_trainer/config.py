@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from grpo_trainer.data_prep import DataPlan, plan_data
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
+from grpo_trainer.resume import apply_resume
 from grpo_trainer.reward.length import LENGTH_REWARD_MANAGER_KEYS
 from grpo_trainer.settings import GrpoSettings
 from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV, SETUP_HOOK
@@ -71,6 +72,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "trainer.test_freq",
     "trainer.logger",
     "trainer.v1.trainer_mode",
+    "trainer.resume_mode",
+    "trainer.resume_from_path",
     "reward.reward_manager.source",
     "reward.reward_manager.name",
     "reward.reward_manager.module.path",
@@ -436,6 +439,7 @@ def build_config(
     mml = apply_max_model_len(cfg, settings, int(explicit) if explicit is not None else None, strict, warnings)
     apply_reward(cfg, settings, validate_files=True)
     plan = apply_data(cfg, settings)
+    apply_resume(cfg, settings.checkpoints.resume_from, strict, warnings)
     check_placement(cfg, settings)
     apply_runtime_env(cfg, settings, env)
     apply_tracking(cfg, settings)

@@ -46,6 +46,17 @@ class MetricsSettings(_Strict):
     address: str = "0.0.0.0"
 
 
+class ResumeFromSettings(_Strict):
+    """A warm start's checkpoint directory (mounted read-only) and step (its latest when None)."""
+
+    dir: str
+    step: int | None = Field(default=None, ge=1)
+
+
+class CheckpointSettings(_Strict):
+    resume_from: ResumeFromSettings | None = Field(default=None, alias="resumeFrom")
+
+
 class GrpoSettings(_Strict):
     job: JobRef | None = None
     max_model_len_factor: float = Field(default=1.2, gt=0, alias="maxModelLenFactor")
@@ -53,3 +64,4 @@ class GrpoSettings(_Strict):
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     data: DataSettings = Field(default_factory=DataSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    checkpoints: CheckpointSettings = Field(default_factory=CheckpointSettings)

@@ -52,7 +52,34 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and $live .Values.kuberay.requireCRD (not (.Capabilities.APIVersions.Has "ray.io/v1/RayJob")) }}
 {{- fail "kuberay.requireCRD: the cluster serves no ray.io/v1 RayJob; install the KubeRay operator first (or set kuberay.requireCRD=false)" }}
 {{- end }}
+{{- if and $live .Values.kuberay.requireCRD }}
+{{- include "grpo-operator.kuberayFields" . }}
+{{- end }}
 {{- if and $live .Values.kueue.requireCRD (not (.Capabilities.APIVersions.Has "kueue.x-k8s.io/v1beta1")) }}
 {{- fail "kueue.requireCRD: the cluster serves no kueue.x-k8s.io/v1beta1 API; install Kueue first (or set kueue.requireCRD=false)" }}
+{{- end }}
+{{- end }}
+
+{{/* The installed RayJob CRD has every field the operator renders (files/kuberay-required-fields.yaml,
+generated from grpo_operator/kuberay.py): an older CRD prunes a field silently and the job hangs. */}}
+{{- define "grpo-operator.kuberayFields" -}}
+{{- $required := .Files.Get "files/kuberay-required-fields.yaml" | fromYaml }}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $required.crd }}
+{{- range $served := (($crd | default dict).spec | default dict).versions | default list }}
+{{- if eq $served.name $required.version }}
+{{- range $field := $required.fields }}
+{{- $node := $served.schema.openAPIV3Schema }}
+{{- range $step := $field.path }}
+{{- if eq $step "[]" }}
+{{- $node = (get $node "items") | default dict }}
+{{- else }}
+{{- $node = (get ((get $node "properties") | default dict) $step) | default dict }}
+{{- end }}
+{{- end }}
+{{- if not $node }}
+{{- fail (printf "kuberay.requireCRD: the installed KubeRay's RayJob CRD (%s) lacks %s (KubeRay >= %s: %s); install KubeRay v%s or later, CRDs included (Helm does not upgrade CRDs: kubectl apply --server-side -k 'github.com/ray-project/kuberay/ray-operator/config/crd?ref=v%s'), or set kuberay.requireCRD=false" $required.crd (join "." $field.path | replace ".[]" "[]") $field.since $field.why $required.floor $required.floor) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}

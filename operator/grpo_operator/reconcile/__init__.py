@@ -3,8 +3,10 @@
 - `handlers`: every GRPOJob event (create the children, forward an edit, resync after a restart);
 - `mirror`: child (RayJob, converter Job) events into the GRPOJob's status; starts the converter;
 - `startup`: kopf's start-up, login and clean-up;
+- `binding`: while a job is Pending, its claims' binding checked on a timer;
 - pure decisions beside them: `lifecycle` (what an event needs), `status` (children -> phase and
-  conditions), `children` (which objects a job gets, what it depends on), `retries` (timers, locks).
+  conditions), `children` (which objects a job gets, what it depends on), `storage` (why a claim does
+  not bind), `retries` (timers, locks).
 
 Importing this package registers every kopf handler.
 """

@@ -60,6 +60,8 @@ def missing_dependencies(
         need_claim("checkpoints.volume.claimName", spec.checkpoints.volume.claim_name)
     if spec.export.enabled and spec.export.target is not None:
         need_claim("export.target.claimName", spec.export.target.claim_name)
+    if spec.checkpoints.resume_from is not None and plan.resume_from is not None:
+        need_claim("checkpoints.resumeFrom.claimName", plan.resume_from.claim)
     function = spec.reward.function
     if spec.reward.type == "function" and function is not None:
         keys = configmaps.get(function.config_map_name)

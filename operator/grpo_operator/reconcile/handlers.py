@@ -17,11 +17,13 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import metrics
+from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import Plan, PlanError
+from grpo_operator.plan import Plan, PlanError, with_checkpoint_claim
+from grpo_operator.reconcile.binding import STORAGE_CHECKS, check_storage_later
 from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
 from grpo_operator.reconcile.common import SETTINGS, parse, refuse, validation_message, write_status
+from grpo_operator.reconcile.compat import COMPAT
 from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_fields, next_action, spec_digests
 from grpo_operator.reconcile.mirror import sync_status
 from grpo_operator.reconcile.retries import KeyedLocks, Retries
@@ -30,6 +32,8 @@ from grpo_operator.runtime import kube, priority
 from grpo_operator.runtime.lookups import SharedLookups
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
+# The reason of a job refused because the installed KubeRay lacks what it needs (kuberay.py).
+UNSUPPORTED_KUBERAY = "UnsupportedKubeRay"
 log = logging.getLogger("grpo_operator")
 
 
@@ -40,6 +44,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     if event.get("type") == "DELETED":
         metrics.forget(namespace, name)
         RETRIES.cancel(key)
+        STORAGE_CHECKS.cancel(key)
         _SETTLED.discard(uid)
         return
     job = dict(body)
@@ -103,9 +108,22 @@ async def _create(job: dict) -> None:
         # Ahead of every status write and of later jobs' requests: in a burst the RayJob of each job
         # comes as soon as the apiserver gets to it, not after the status traffic (priority.py).
         with priority.creating(started):
-            problems = await _missing(namespace, job_spec, job_plan)
+            unusable = await COMPAT.problem()
+            if unusable is not None:
+                problems: list[tuple[str, str, str]] = [("", UNSUPPORTED_KUBERAY, unusable)]
+            else:
+                problems, claims = await _missing(namespace, job_spec, job_plan)
             if not problems:
-                created = await _create_children(job, training_children(job_spec, job_plan))
+                try:
+                    job_plan = _with_existing_claims(job_spec, job_plan, claims)
+                    created = await _create_children(job, training_children(job_spec, job_plan))
+                except PlanError as exc:
+                    result = "invalid"
+                    await refuse(job, "InvalidSpec", str(exc))
+                    return
+                except kuberay.KubeRayUnsupported as exc:
+                    COMPAT.refused(exc.message)
+                    problems = [("", UNSUPPORTED_KUBERAY, exc.message)]
         if problems:
             result = "waiting"
             await refuse(job, problems[0][1], "; ".join(p[2] for p in problems))
@@ -127,6 +145,7 @@ async def _create(job: dict) -> None:
         valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
         await write_status(namespace, name, status, generation, initial.phase, (initial.ready, valid), fields)
         _SETTLED.add(meta.get("uid", ""))
+        check_storage_later(namespace, name)
         result = "success"
     except Exception as exc:
         # kopf logs and drops a watch handler's exception; the job is tried again instead.
@@ -189,6 +208,8 @@ async def _resync(job: dict) -> None:
     if "specDigests" not in status:  # written by an operator before specDigests: record them now
         await kube.patch_grpojob_status(meta["namespace"], meta["name"], {"specDigests": spec_digests(job["spec"])})
     await sync_status(meta["namespace"], meta["name"])
+    if status.get("phase") == "Pending":
+        check_storage_later(meta["namespace"], meta["name"])
 
 
 _JOB_SLOTS = asyncio.Semaphore(SETTINGS.max_jobs_in_flight)
@@ -199,7 +220,10 @@ LOCKS = KeyedLocks()
 _SETTLED: set[str] = set()
 
 
-async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tuple[str, str, str]]:
+async def _missing(
+    namespace: str, spec: GRPOJobSpec, job_plan: Plan
+) -> tuple[list[tuple[str, str, str]], dict[str, kube.ClaimFacts]]:
+    """(what is missing, the claims found by name): one round trip for every object the job names."""
     # Read the claims the job names, not list the namespace's: every job adds a checkpoint claim,
     # so listing costs O(jobs) per job and O(jobs^2) for a burst.
     # All reads at once: the job waits for one round trip, not one per claim; and jobs naming the
@@ -207,18 +231,26 @@ async def _missing(namespace: str, spec: GRPOJobSpec, job_plan: Plan) -> list[tu
     named = sorted(_claims_named(spec))
     function = spec.reward.function
     cm = function.config_map_name if function is not None else None
-    present, keys = await asyncio.gather(
-        asyncio.gather(*(_claim_exists(namespace, c) for c in named)),
+    found, keys = await asyncio.gather(
+        asyncio.gather(*(_claim(namespace, c) for c in named)),
         _configmap_keys(namespace, cm, function.key) if function is not None and cm else _nothing(),
     )
-    claims = {c for c, exists in zip(named, present, strict=True) if exists}
+    claims = {c: facts for c, facts in zip(named, found, strict=True) if facts is not None}
     configmaps: dict[str, set[str] | None] = {cm: keys} if cm else {}
-    return missing_dependencies(spec, job_plan, claims, configmaps)
+    return missing_dependencies(spec, job_plan, set(claims), configmaps), claims
 
 
-async def _claim_exists(namespace: str, claim: str) -> bool:
+def _with_existing_claims(spec: GRPOJobSpec, job_plan: Plan, claims: dict[str, kube.ClaimFacts]) -> Plan:
+    """An existing checkpoint claim's access modes decide whether the head shares the actor's node."""
+    existing = spec.checkpoints.volume.claim_name
+    if existing is None:
+        return job_plan
+    return with_checkpoint_claim(job_plan, claims[existing].access_modes)
+
+
+async def _claim(namespace: str, claim: str) -> kube.ClaimFacts | None:
     return await _CLAIMS.lookup(
-        (namespace, claim), lambda: kube.exists("PersistentVolumeClaim", namespace, claim), keep=bool
+        (namespace, claim), lambda: kube.claim_facts(namespace, claim), keep=lambda facts: facts is not None
     )
 
 
@@ -230,7 +262,7 @@ async def _configmap_keys(namespace: str, name: str, needed: str) -> set[str] | 
 
 # Found dependencies are remembered this long (lookups.py says why a deletion meanwhile is harmless).
 DEPENDENCY_MEMORY_SECONDS = 5.0
-_CLAIMS: SharedLookups[bool] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
+_CLAIMS: SharedLookups[kube.ClaimFacts | None] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
 _CONFIGMAP_KEYS: SharedLookups[set[str] | None] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
 
 
@@ -244,6 +276,8 @@ def _claims_named(spec: GRPOJobSpec) -> set[str]:
         named.add(spec.reward.model.claim_name)
     if spec.export.enabled and spec.export.target is not None:
         named.add(spec.export.target.claim_name)
+    if spec.checkpoints.resume_from is not None:
+        named.add(spec.checkpoints.resume_from.claim_name)
     return {c for c in named if c}
 
 
@@ -268,5 +302,12 @@ async def _ensure(owner: kopf.Body, child: Child) -> bool:
         kopf.adopt(body, owner=owner)
     else:
         body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
-    return await kube.create_if_absent(body)
+    try:
+        return await kube.create_if_absent(body)
+    except kube.ApiError as exc:
+        # A RayJob field the installed CRD does not have: strict validation refuses it (kuberay.py).
+        refusal = kuberay.refusal_of(exc.message) if child.kind == "RayJob" and exc.status in (400, 422) else None
+        if refusal is not None:
+            raise kuberay.KubeRayUnsupported(refusal) from exc
+        raise
 

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-# Spec fields forwarded to the running job rather than refused or ignored.
-FORWARDED_FIELDS = frozenset({"spec.scheduling.suspend"})
+# Spec fields forwarded to the running job rather than refused or ignored: suspend reaches the RayJob;
+# the alert thresholds reach the operator's metrics on every event (metrics.record_spec).
+FORWARDED_FIELDS = frozenset({"spec.scheduling.suspend", "spec.monitoring"})
 
 
 class Action(enum.Enum):

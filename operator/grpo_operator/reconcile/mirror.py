@@ -63,10 +63,13 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
     if rayjob is _UNREAD:
         rayjob = await kube.get("RayJob", namespace, facts.rayjob)
     observation = observe_rayjob(facts.rayjob, rayjob, facts.exports, facts.rehearsal)
+    if observation.release_cluster:
+        # Training completed: the RayCluster is kept only after a failure (render/rayjob.py, TTL).
+        await kube.patch_rayjob_ttl(namespace, facts.rayjob, 0)
     if observation.wants_export:
         job_spec, job_plan = parse(name, namespace, job["spec"])
         observation = await _export(job, job_spec, job_plan)
-    restarted = _restarted(status, observation, facts.retries)
+    restarted = _restarted(status, observation, facts)
     if restarted is not None:
         observation = replace(observation, extra_conditions=(*observation.extra_conditions, restarted))
     rehearsed = rehearsal_condition(status.get("rehearsal")) if facts.rehearsal else None
@@ -103,12 +106,12 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         )
 
 
-def _restarted(status: dict, observation: Observation, retries: int) -> ConditionUpdate | None:
-    """A Restarted condition when KubeRay counted one more failed attempt than the status shows."""
+def _restarted(status: dict, observation: Observation, facts: _Facts) -> ConditionUpdate | None:
+    """A Restarted condition when KubeRay started one more retry than the status shows."""
     restarts = int(observation.fields.get("restarts") or 0)
     if restarts <= int(status.get("restarts") or 0):
         return None
-    return restart_condition(restarts, retries, status.get("checkpoint"))
+    return restart_condition(restarts, facts.retries, status.get("checkpoint"), facts.resume)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class _Facts:
     exports: bool
     rehearsal: bool
     retries: int
+    resume: str
 
 
 _FACTS: dict[tuple[str, str, str, int], _Facts] = {}
@@ -135,7 +139,10 @@ def _facts(job: dict) -> _Facts | None:
             job_spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
         except (ValidationError, PlanError):
             return None
-        found = _Facts(job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_spec.scheduling.retries)
+        found = _Facts(
+            job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_spec.scheduling.retries,
+            job_spec.checkpoints.resume,
+        )
         if len(_FACTS) >= _FACTS_MAX:
             _FACTS.pop(next(iter(_FACTS)), None)  # oldest first: dicts keep insertion order
         _FACTS[key] = found

@@ -9,10 +9,14 @@ from typing import Any
 import kopf
 
 from grpo_operator import metrics
+from grpo_operator.reconcile.binding import STORAGE_CHECKS
 from grpo_operator.reconcile.common import SETTINGS
+from grpo_operator.reconcile.compat import COMPAT
 from grpo_operator.reconcile.handlers import RETRIES
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.runtime import diffbase, kube, memory
+
+log = logging.getLogger("grpo_operator")
 
 # Server-side label selectors of the child watches, the same filters the child handlers declare.
 WATCH_SELECTORS: dict[tuple[str, str], str] = {
@@ -57,15 +61,30 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         return credentials(settings)
 
     kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
+    await _check_kuberay()
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
     trimming = memory.start_trimming(SETTINGS.heap_trim_seconds)
     if trimming is not None:
         _background.append(trimming)
 
 
+async def _check_kuberay() -> None:
+    """Read the installed RayJob CRD now, so an unusable KubeRay is in the log before any job arrives."""
+    try:
+        problem = await COMPAT.problem()
+    except Exception as exc:  # the apiserver not answering yet: each job's creation checks again
+        log.warning("could not check the installed KubeRay at start-up: %s", exc)
+        return
+    if COMPAT.compatible:
+        log.info("KubeRay's RayJob CRD has every field the operator renders")
+    elif problem is None:
+        log.info("KubeRay's RayJob schema is checked when each RayJob is created (the CRD is not read)")
+
+
 @kopf.on.cleanup()
 async def close_client(**_: Any) -> None:
     RETRIES.cancel_all()
+    STORAGE_CHECKS.cancel_all()
     for task in _background:
         task.cancel()
     await kube.api().close()

@@ -13,6 +13,8 @@ from typing import Any
 # KubeRay's RayJob.status.jobDeploymentStatus values (ray.io/v1, KubeRay v1.5).
 _PENDING = {"", "New", "Initializing", "Waiting"}
 _SUSPENDED = {"Suspending", "Suspended"}
+# KubeRay's submitter container (render/submitter.py); its log is the driver's output.
+SUBMITTER_CONTAINER = "ray-job-submitter"
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,42 @@ class Observation:
     fields: dict[str, Any] = field(default_factory=dict)
     wants_export: bool = False
     finished: bool = False
+    # Training completed: the RayCluster, kept after a failure for its logs, may go at once.
+    release_cluster: bool = False
 
 
 def _ray_message(rayjob_status: dict) -> str:
     return rayjob_status.get("message") or ""
+
+
+def restarts_of(rayjob_status: dict) -> int:
+    """Retries KubeRay has started: its `failed` counts every failed attempt, the last one too.
+
+    KubeRay v1.5 (rayjob_controller.go, checkBackoffLimitAndUpdateStatusIfNeeded) increments `failed`
+    on each failure and moves to Retrying while failed < backoffLimit + 1. A RayJob that stays Failed
+    was not retried after its last failure, so its restarts are one fewer than its failures.
+    """
+    failed = int(rayjob_status.get("failed") or 0)
+    return max(failed - 1, 0) if rayjob_status.get("jobDeploymentStatus") == "Failed" else failed
+
+
+def terminal_conditions(phase: str, message: str) -> tuple[ConditionUpdate, ...]:
+    """The conditions `kubectl wait --for=condition=...` looks for: Complete and Succeeded (batch/v1 Job and
+    Kubeflow Trainer spell it Complete, Kubeflow's v1 jobs Succeeded), or Failed."""
+    if phase == "Succeeded":
+        return (ConditionUpdate("Complete", "True", "Succeeded", message),
+                ConditionUpdate("Succeeded", "True", "Succeeded", message))
+    if phase == "Failed":
+        return (ConditionUpdate("Failed", "True", "Failed", message),)
+    return ()
+
+
+def logs_of(name: str, namespace: str) -> dict[str, str]:
+    """status.logs: KubeRay names the submitter Job after the RayJob; its log is the driver's output."""
+    return {
+        "submitterJob": name,
+        "command": f"kubectl logs -n {namespace} job/{name} -c {SUBMITTER_CONTAINER}",
+    }
 
 
 def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehearsal: bool = False) -> Observation:
@@ -44,14 +78,17 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehears
 
     `rehearsal`: the RayJob ran spec.rehearsal's checks, not training (its success says they passed).
     """
+
     if rayjob is None:
         return Observation(
             "Pending", ConditionUpdate("Ready", "False", "RayJobMissing", f"RayJob {name} does not exist yet")
         )
     status = rayjob.get("status") or {}
     deployment = status.get("jobDeploymentStatus", "")
-    # KubeRay counts failed attempts; with backoffLimit each one is a restart that resumes.
-    fields: dict[str, Any] = {"rayJobName": name, "restarts": int(status.get("failed") or 0)}
+    fields: dict[str, Any] = {"rayJobName": name, "restarts": restarts_of(status)}
+    namespace = (rayjob.get("metadata") or {}).get("namespace")
+    if namespace:
+        fields["logs"] = logs_of(name, namespace)
     if status.get("rayClusterName"):
         fields["rayClusterName"] = status["rayClusterName"]
     if status.get("startTime"):
@@ -83,6 +120,7 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehears
             ConditionUpdate("Ready", "True", "RayJobRunning", f"RayJob {name} is Running{retry}"),
             fields=fields,
         )
+    release = bool((rayjob.get("spec") or {}).get("ttlSecondsAfterFinished"))
     if deployment == "Complete":
         if export_enabled:
             return Observation(
@@ -90,20 +128,35 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehears
                 ConditionUpdate("Ready", "True", "Exporting", f"RayJob {name} completed; exporting the model"),
                 fields=fields,
                 wants_export=True,
+                release_cluster=release,
             )
         done = "completed: the rehearsal passed, nothing was trained" if rehearsal else "completed"
+        message = f"RayJob {name} {done}"
         return Observation(
             "Succeeded",
-            ConditionUpdate("Ready", "False", "Succeeded", f"RayJob {name} {done}"),
+            ConditionUpdate("Ready", "False", "Succeeded", message),
+            extra_conditions=terminal_conditions("Succeeded", message),
             fields={**fields, "completionTime": _end_time(status)},
             finished=True,
+            release_cluster=release,
         )
     if deployment in ("Failed", "ValidationFailed"):
         reason = status.get("reason") or ("ValidationFailed" if deployment == "ValidationFailed" else "RayJobFailed")
-        message = _ray_message(status) or f"RayJob {name} failed"
+        attempts = max(int(status.get("failed") or 0), 1)
+        restarts = fields["restarts"]
+        why = _ray_message(status) or "KubeRay gave no message"
+        message = (
+            f"KubeRay refused RayJob {name}: {why}"
+            if deployment == "ValidationFailed"
+            else f"RayJob {name} failed after {attempts} attempt{'s' if attempts != 1 else ''} "
+            f"({restarts} restart{'s' if restarts != 1 else ''}): {why}"
+        )
+        logs = fields.get("logs")
+        where = f"; the driver's log: {logs['command']}" if logs else ""
         return Observation(
             "Failed",
-            ConditionUpdate("Ready", "False", reason, f"RayJob {name} failed: {message}"),
+            ConditionUpdate("Ready", "False", reason, message),
+            extra_conditions=terminal_conditions("Failed", message + where),
             fields={**fields, "completionTime": _end_time(status)},
             finished=True,
         )
@@ -129,17 +182,21 @@ def rehearsal_condition(rehearsal: dict | None) -> ConditionUpdate | None:
                            f"{detail}")
 
 
-def restart_condition(restarts: int, retries: int, checkpoint: dict | None) -> ConditionUpdate:
-    """Says that a RayJob attempt failed and which checkpoint the next attempt resumes from.
+def restart_condition(
+    restarts: int, retries: int, checkpoint: dict | None, resume: str = "auto"
+) -> ConditionUpdate:
+    """Says that a RayJob attempt failed and where the next attempt starts.
 
-    Computed when `restarts` grows, from the checkpoint the trainer last reported: with verl's
-    resume_mode=auto on the same checkpoint directory, that is where the new attempt starts.
+    Computed when `restarts` grows. With verl's resume_mode=auto on the job's own checkpoint directory
+    the new attempt starts from the latest checkpoint saved there; the status knows its step only when
+    one was reported, so otherwise it says what verl does rather than guess.
     """
-    where = (
-        f"resumes from checkpoint step {checkpoint['step']} ({checkpoint.get('path', '')})"
-        if checkpoint and checkpoint.get("step") is not None
-        else "no checkpoint was saved yet, so it starts from step 0"
-    )
+    if resume != "auto":
+        where = "checkpoints.resume is disable, so it starts from step 0"
+    elif checkpoint and checkpoint.get("step") is not None:
+        where = f"resumes from checkpoint step {checkpoint['step']} ({checkpoint.get('path', '')})"
+    else:
+        where = "resumes from the latest checkpoint in the job's directory, or from step 0 if none was saved"
     return ConditionUpdate(
         "Restarted", "True", "RayJobRetried", f"attempt {restarts + 1} of {retries + 1} after a failure; {where}"
     )
@@ -167,11 +224,13 @@ def observe_export(name: str, job: dict | None, result: dict | None, target_path
             fields["export"] = {k: v for k, v in summary.items() if v is not None}
         fields["completionTime"] = conditions["Complete"].get("lastTransitionTime") or now()
         where = f" to {summary['path']}" if summary["path"] else ""
+        message = f"training and export finished; model written{where}"
         return Observation(
             "Succeeded",
-            ConditionUpdate("Ready", "False", "Succeeded", f"training and export finished; model written{where}"),
+            ConditionUpdate("Ready", "False", "Succeeded", message),
             extra_conditions=(
                 ConditionUpdate("Exported", "True", "ConverterSucceeded", f"converter Job {name} succeeded{where}"),
+                *terminal_conditions("Succeeded", message),
             ),
             fields=fields,
             finished=True,
@@ -179,16 +238,25 @@ def observe_export(name: str, job: dict | None, result: dict | None, target_path
     if conditions.get("Failed", {}).get("status") == "True":
         message = (result or {}).get("message") or conditions["Failed"].get("message") or "converter failed"
         fields["completionTime"] = conditions["Failed"].get("lastTransitionTime") or now()
+        text = f"converter Job {name} failed: {message}"
         return Observation(
             "Failed",
-            ConditionUpdate("Ready", "False", "ExportFailed", f"converter Job {name} failed: {message}"),
-            extra_conditions=(ConditionUpdate("Exported", "False", "ConverterFailed", message),),
+            ConditionUpdate("Ready", "False", "ExportFailed", text),
+            extra_conditions=(
+                ConditionUpdate("Exported", "False", "ConverterFailed", message),
+                *terminal_conditions("Failed", f"{text}; its log: kubectl logs{_in_namespace(job)} job/{name}"),
+            ),
             fields=fields,
             finished=True,
         )
     return Observation(
         "Exporting", ConditionUpdate("Ready", "True", "Exporting", f"converter Job {name} is running"), fields=fields
     )
+
+
+def _in_namespace(obj: dict) -> str:
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return f" -n {namespace}" if namespace else ""
 
 
 def _end_time(status: dict) -> str:

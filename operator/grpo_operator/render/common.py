@@ -50,10 +50,30 @@ class Volumes:
         self.mounts: list[dict[str, Any]] = []
         self._by_source: dict[tuple[str, str], str] = {}
 
-    def claim(self, name: str, claim: str, mount_path: str, *, read_only: bool) -> Volumes:
+    def claim(
+        self, name: str, claim: str, mount_path: str, *, read_only: bool, sub_path: str | None = None
+    ) -> Volumes:
         volume = self._volume(name, ("pvc", claim), {"persistentVolumeClaim": {"claimName": claim}})
-        self.mounts.append({"name": volume, "mountPath": mount_path, "readOnly": read_only})
+        mount: dict[str, Any] = {"name": volume, "mountPath": mount_path, "readOnly": read_only}
+        if sub_path is not None:
+            mount["subPath"] = sub_path
+        self.mounts.append(mount)
         return self
+
+    def checkpoints(self, plan: Plan, *, read_only: bool) -> Volumes:
+        """The job's own directory of its checkpoint claim at /checkpoints (the kubelet creates it)."""
+        return self.claim(
+            "checkpoints", plan.checkpoint_claim, plan.mounts.checkpoints, read_only=read_only,
+            sub_path=plan.checkpoint_sub_path,
+        )
+
+    def resume_source(self, plan: Plan) -> Volumes:
+        """A warm start's checkpoint directory, read-only at /resume-from, when there is one."""
+        source = plan.resume_from
+        if source is None:
+            return self
+        return self.claim("resume-from", source.claim, plan.mounts.resume_from, read_only=True,
+                          sub_path=source.sub_path)
 
     def configmap(self, name: str, configmap: str, mount_path: str, *, sub_path: str | None = None) -> Volumes:
         volume = self._volume(name, ("configmap", configmap), {"configMap": {"name": configmap}})

@@ -7,6 +7,7 @@ from typing import Any
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render.common import Volumes, apply_pod_placement, metadata, pod_metadata
+from grpo_operator.render.security import restrict
 
 # The converter's --dtype spellings for the API's.
 CONVERTER_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "keep": "keep"}
@@ -30,7 +31,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
         raise ValueError("render_export_job needs spec.export.target (the CRD requires it when export is enabled)")
     m = plan.mounts
     vols = Volumes()
-    vols.claim("checkpoints", plan.checkpoint_claim, m.checkpoints, read_only=True)
+    vols.checkpoints(plan, read_only=True)  # this job's directory only: never another job's latest step
     vols.claim("export-target", target.claim_name, m.export, read_only=False)
     command = [
         "grpo-export",
@@ -70,6 +71,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
     }
     # CPU work: it runs where the Ray head would (the GPU-free placement the user chose).
     apply_pod_placement(pod_spec, spec, head)
+    restrict(pod_spec)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -8,8 +8,6 @@ from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render.common import metadata
 
-# Every actor pod writes its own shards and the export Job reads them from another pod.
-DEFAULT_ACCESS_MODES = ("ReadWriteMany",)
 # Tells the handlers (and a human) whether deleting the GRPOJob may delete this claim.
 DELETE_POLICY_ANNOTATION = "grpo.dev/delete-policy"
 
@@ -20,7 +18,8 @@ def render_checkpoint_pvc(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any] | Non
     if not plan.creates_checkpoint_pvc or volume.size is None:
         return None
     pvc_spec: dict[str, Any] = {
-        "accessModes": list(volume.access_modes or DEFAULT_ACCESS_MODES),
+        # Decided by plan() from the layout: who writes checkpoints, and whether they share a node.
+        "accessModes": list(plan.checkpoint_access_modes),
         "resources": {"requests": {"storage": volume.size}},
     }
     if volume.storage_class_name is not None:

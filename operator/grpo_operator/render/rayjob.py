@@ -13,6 +13,7 @@ from typing import Any
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import METRICS_PORT, Plan, PodShape, WorkerGroup
 from grpo_operator.render.common import (
+    JOB_LABEL,
     ROLE_LABEL,
     Volumes,
     apply_pod_placement,
@@ -20,27 +21,59 @@ from grpo_operator.render.common import (
     pod_metadata,
     trainer_env,
 )
+from grpo_operator.render.security import restrict
+from grpo_operator.render.submitter import SUBMISSION_MODE, render_submitter_template
 
 ENTRYPOINT_TEMPLATE = "grpo-train --config_path {config_file}"
 REHEARSAL_FLAG = "--rehearsal"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 
-def trainer_volumes(spec: GRPOJobSpec, plan: Plan) -> Volumes:
-    """Volumes and mounts of every Ray pod (docs/config-contract.md, "Mount points")."""
+# The pods that write checkpoints: verl's driver and TaskRunner on the head (the tracker file, the
+# dataloader state, the prepared parquet data) and every actor rank (its shards).
+CHECKPOINT_WRITERS = frozenset({"head", "actor"})
+# The training data is read only where verl's dataset lives: the TaskRunner, pinned to the head.
+DATA_READERS = frozenset({"head"})
+
+
+def trainer_volumes(spec: GRPOJobSpec, plan: Plan, role: str) -> Volumes:
+    """Volumes and mounts of one Ray pod (docs/config-contract.md, "Mount points"): each claim only where
+    it is read. The models claim is read everywhere: the head loads the tokenizer and config, the actor
+    and reference the weights, vLLM its weights, the reward model the policy's tokenizer."""
     m = plan.mounts
     vols = Volumes()
     vols.configmap("config", plan.names.configmap, m.config_file, sub_path=m.config_key)
     vols.claim("models", spec.model.claim_name, m.models, read_only=True)
     if plan.reward_model_claim is not None:
         vols.claim("reward-models", plan.reward_model_claim, m.reward_models, read_only=True)
-    vols.claim("data", spec.data.claim_name, m.data, read_only=True)
-    # Read-write: verl writes checkpoints here and the trainer its converted parquet files.
-    vols.claim("checkpoints", plan.checkpoint_claim, m.checkpoints, read_only=False)
+    if role in DATA_READERS:
+        vols.claim("data", spec.data.claim_name, m.data, read_only=True)
+    if role in CHECKPOINT_WRITERS:
+        vols.checkpoints(plan, read_only=False).resume_source(plan)
     if spec.reward.function is not None and spec.reward.type == "function":
+        # Ray may place verl's reward workers on any pod with CPUs.
         vols.configmap("reward-function", spec.reward.function.config_map_name, m.reward_function_dir)
     return vols.shm()
+
+
+def _share_actor_node(pod_spec: dict[str, Any], plan: Plan) -> None:
+    """Put the head on the actor pod's node: a ReadWriteOnce checkpoint claim attaches to one node.
+
+    The head follows the actor (not the other way round): the actor's GPUs are the scarce part, and the
+    scheduler places a pod whose required affinity matches nothing yet once a matching pod is placed.
+    """
+    actor = plan.actor
+    term = {
+        "labelSelector": {"matchLabels": {JOB_LABEL: plan.names.job, ROLE_LABEL: actor.role}},
+        "topologyKey": HOSTNAME_TOPOLOGY,
+    }
+    pod_spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    tolerations = list(pod_spec.get("tolerations", []))
+    tolerations += [dict(t) for t in actor.pod.tolerations if dict(t) not in tolerations]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
 
 
 # A head container that lists any port gets only the ports it lists: KubeRay then finds no
@@ -72,7 +105,7 @@ def _pod_template(
     gpus: int,
     ports: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    vols = trainer_volumes(spec, plan)
+    vols = trainer_volumes(spec, plan, role)
     container: dict[str, Any] = {
         "name": container_name,
         "image": plan.image,
@@ -88,6 +121,9 @@ def _pod_template(
         "volumes": vols.volumes,
     }
     apply_pod_placement(pod_spec, spec, pod)
+    if role == "head" and plan.writers_share_node:
+        _share_actor_node(pod_spec, plan)
+    restrict(pod_spec)  # KubeRay copies the Ray container's securityContext to the init container it adds
     return {"metadata": pod_metadata(spec, plan, "trainer", **{ROLE_LABEL: role}), "spec": pod_spec}
 
 
@@ -141,12 +177,19 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         meta["labels"][KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
     rayjob_spec: dict[str, Any] = {
         "entrypoint": entrypoint(spec, plan),
-        # Kueue needs it, and GPUs should not idle after the job ends.
+        # Kueue needs it, and GPUs should not idle after the job ends: the RayCluster goes after
+        # ttlSecondsAfterFinished, which the operator sets to 0 once training completed (mirror.py), so it
+        # is kept only after a failure, for its logs.
         "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": spec.scheduling.keep_failed_cluster_seconds,
         # Each retry is a new RayCluster on the same checkpoint volume; verl's resume_mode=auto
         # makes it continue from the latest checkpoint.
         "backoffLimit": spec.scheduling.retries,
         "suspend": spec.scheduling.suspend,
+        # The submitter Job's pod carries the job's pull secrets, account, placement and Pod Security
+        # (render/submitter.py says why not KubeRay's default pod or SidecarMode).
+        "submissionMode": SUBMISSION_MODE,
+        "submitterPodTemplate": render_submitter_template(spec, plan),
         "rayClusterSpec": {
             "enableInTreeAutoscaling": False,
             "headGroupSpec": _head_group(spec, plan),

@@ -80,6 +80,17 @@ def _mini_batch_size(spec: GRPOJobSpec) -> int:
     return spec.algorithm.mini_batch_size or spec.data.train_batch_size
 
 
+def _resume_mapping(plan: Plan) -> dict[str, Any]:
+    """A warm start: the trainer starts from it when the job's own directory has no checkpoint yet."""
+    source = plan.resume_from
+    if source is None:
+        return {}
+    resume: dict[str, Any] = {"dir": MOUNTS.resume_from}
+    if source.step is not None:
+        resume["step"] = source.step
+    return {"checkpoints": {"resumeFrom": resume}}
+
+
 def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     data = MOUNTS.data
     return {
@@ -97,6 +108,7 @@ def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
             "oversize": spec.data.oversize,
         },
         "metrics": {"port": METRICS_PORT},
+        **_resume_mapping(plan),
     }
 
 

@@ -57,6 +57,7 @@ RESOURCES: dict[str, Resource] = {
     "PersistentVolumeClaim": Resource("", "v1", "persistentvolumeclaims"),
     "ServiceAccount": Resource("", "v1", "serviceaccounts"),
     "Pod": Resource("", "v1", "pods"),
+    "Event": Resource("", "v1", "events"),
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Job": Resource("batch", "v1", "jobs"),
@@ -239,11 +240,16 @@ def api() -> Client:
     return _client
 
 
+# The apiserver refuses (instead of silently pruning) a field the object's schema lacks: an older CRD then
+# says which field it does not know (kuberay.py).
+STRICT = {"fieldValidation": "Strict"}
+
+
 async def create_if_absent(body: dict) -> bool:
     """Create `body`; True if this call created it, False if it already existed."""
     resource = RESOURCES[body["kind"]]
     try:
-        await api().request("POST", resource.path(body["metadata"]["namespace"]), body)
+        await api().request("POST", resource.path(body["metadata"]["namespace"]), body, params=STRICT)
     except ApiError as exc:
         if exc.status == 409:
             return False
@@ -264,6 +270,16 @@ async def exists(kind: str, namespace: str, name: str) -> bool:
     return await get(kind, namespace, name) is not None
 
 
+async def get_crd(name: str) -> dict | None:
+    """A CustomResourceDefinition (cluster-scoped), None when it is not installed."""
+    try:
+        return await api().request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 async def get_grpojob(namespace: str, name: str) -> dict | None:
     return await get("GRPOJob", namespace, name)
 
@@ -276,6 +292,39 @@ async def patch_grpojob_status(namespace: str, name: str, status: dict) -> None:
 async def patch_rayjob_suspend(namespace: str, name: str, suspend: bool) -> None:
     path = RESOURCES["RayJob"].path(namespace, name)
     await api().request("PATCH", path, {"spec": {"suspend": suspend}}, content_type=MERGE_PATCH)
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """What the handlers need of a PersistentVolumeClaim: how it may be mounted, whether it is bound."""
+
+    access_modes: tuple[str, ...]
+    phase: str
+
+
+def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
+    return ClaimFacts(
+        access_modes=tuple((claim.get("spec") or {}).get("accessModes") or ()),
+        phase=str((claim.get("status") or {}).get("phase") or "Pending"),
+    )
+
+
+async def claim_facts(namespace: str, name: str) -> ClaimFacts | None:
+    found = await get("PersistentVolumeClaim", namespace, name)
+    return None if found is None else claim_facts_of(found)
+
+
+async def events_of(namespace: str, kind: str, name: str) -> list[dict]:
+    """The core/v1 Events about one object (the claims' binding and provisioning Events)."""
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    found = await api().request("GET", RESOURCES["Event"].path(namespace), params={"fieldSelector": selector})
+    return found.get("items") or []
+
+
+async def patch_rayjob_ttl(namespace: str, name: str, seconds: int) -> None:
+    """How long KubeRay keeps the RayJob's RayCluster after it finished (spec.ttlSecondsAfterFinished)."""
+    path = RESOURCES["RayJob"].path(namespace, name)
+    await api().request("PATCH", path, {"spec": {"ttlSecondsAfterFinished": seconds}}, content_type=MERGE_PATCH)
 
 
 async def configmap_keys(namespace: str, name: str) -> set[str] | None:

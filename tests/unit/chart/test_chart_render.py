@@ -72,8 +72,28 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 
 def test_defaults_render_the_operator_and_no_monitoring_objects() -> None:
-    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                               "ServiceAccount"]
+    # The Job is `helm test`'s install check (a hook: created only by `helm test`).
+    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Job",
+                               "Service", "ServiceAccount"]
+
+
+def test_helm_test_reads_the_operators_metrics_as_a_restricted_pod_without_credentials() -> None:
+    docs = render()
+    check = one(docs, "Job")
+    assert check["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    pod = check["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == [
+        "python", "-m", "grpo_operator.selftest",
+        "--metrics-url=http://grpo-grpo-operator-metrics.grpo-system.svc:8080/metrics", "--version=0.1.0"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # Neither the Deployment nor the metrics Service may take the check's pod for the operator.
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    assert not one(docs, "Service")["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert "Job" not in kinds(render("metrics.service.enabled=false"))
 
 
 @pytest.mark.parametrize(("toggle", "kind"), [
@@ -226,6 +246,21 @@ def test_prometheus_rule_ships_the_promtool_tested_file() -> None:
     rule = one(render("prometheusRule.enabled=true", "prometheusRule.labels.release=kps"), "PrometheusRule")
     assert rule["spec"] == yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     assert rule["metadata"]["labels"]["release"] == "kps"
+
+
+def test_runbook_links_become_absolute_with_a_base_url() -> None:
+    base = "https://git.example.com/ml/grpo-operator/blob/v0.1.0/docs/runbooks.md"
+    rule = one(render("prometheusRule.enabled=true", f"prometheusRule.runbookBaseURL={base}"), "PrometheusRule")
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert urls["GRPOJobKLRising"] == f"{base}#grpojobklrising"
+    assert all(url.startswith(f"{base}#") for url in urls.values())
+    # Everything else is still the promtool-tested file.
+    shipped = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    for group in (rule["spec"], shipped):
+        for g in group["groups"]:
+            for r in g["rules"]:
+                r["annotations"].pop("runbook_url")
+    assert rule["spec"] == shipped
 
 
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar() -> None:

@@ -15,7 +15,7 @@ from grpo_devcluster.errors import DevClusterError
 def test_kwok_stages_cover_node_pod_job_and_volume_lifecycles() -> None:
     names = [s["metadata"]["name"] for s in kwok_config.stages()]
     assert names == ["node-initialize", "node-heartbeat", "pod-ready", "pod-fail", "pod-complete",
-                     "pod-delete", "pvc-provision"]
+                     "pod-complete-submitter", "pod-delete", "pvc-provision"]
 
 
 def test_job_pods_complete_only_without_the_fail_annotation() -> None:
@@ -25,6 +25,12 @@ def test_job_pods_complete_only_without_the_fail_annotation() -> None:
     key = f'.metadata.annotations["{kwok_config.FAIL_POD_ANNOTATION}"]'
     assert {"key": key, "operator": "DoesNotExist"} in complete
     assert {"key": key, "operator": "Exists"} in fail
+    # KubeRay's submitter carries the job's podMetadata too; it completes, so the converter can be failed.
+    component = '.metadata.labels["app.kubernetes.io/component"]'
+    assert {"key": component, "operator": "NotIn", "values": ["submitter"]} in fail
+    submitter = by_name["pod-complete-submitter"]["spec"]["selector"]["matchExpressions"]
+    assert {"key": key, "operator": "Exists"} in submitter
+    assert {"key": component, "operator": "In", "values": ["submitter"]} in submitter
 
 
 def test_fake_nodes_look_like_a100_servers_in_pools() -> None:

@@ -45,12 +45,25 @@ def test_phase_counts_include_the_job_once(job: tuple[str, str]) -> None:
     assert REGISTRY.get_sample_value("grpo_operator_jobs", {"phase": "Exporting"}) == before + 1
 
 
+def _threshold(namespace: str, name: str, threshold: str) -> float | None:
+    return REGISTRY.get_sample_value("grpo_operator_job_alert_threshold",
+                                     {"namespace": namespace, "grpojob": name, "threshold": threshold})
+
+
 def test_forget_drops_every_series_of_the_job(job: tuple[str, str]) -> None:
     metrics.record_phase(*job, "Running")
     metrics.record_spec(*job, {"algorithm": {"klLoss": {"enabled": True, "coef": 0.01}}})
     metrics.forget(*job)
     assert _phase(*job, "Running") is None
     assert _coef(*job) is None
+    assert _threshold(*job, "kl_growth_factor") is None
+
+
+def test_alert_thresholds_follow_the_spec_and_its_edits(job: tuple[str, str]) -> None:
+    metrics.record_spec(*job, {})  # a spec around the CRD's defaults still gets the default thresholds
+    assert (_threshold(*job, "entropy_collapse_fraction"), _threshold(*job, "kl_growth_factor")) == (0.3, 4.0)
+    metrics.record_spec(*job, {"monitoring": {"entropyCollapseFraction": 0.1, "klGrowthFactor": 10}})
+    assert (_threshold(*job, "entropy_collapse_fraction"), _threshold(*job, "kl_growth_factor")) == (0.1, 10.0)
 
 
 def test_kl_coef_is_exported_from_the_spec(job: tuple[str, str]) -> None:

@@ -33,7 +33,7 @@ def test_delete_policy_delete_makes_the_pvc_owned(reference_body) -> None:
 
 def test_missing_claims_are_named_with_their_field(reference_body) -> None:
     job = _job(reference_body)
-    problems = missing_dependencies(job.spec, plan_of(job.spec, "j"), claims={"models"}, configmaps={})
+    problems = missing_dependencies(job.spec, plan_of(job.spec, "j"), claims={"models", "exports"}, configmaps={})
     assert [(p[0], p[1]) for p in problems] == [("data.claimName", "MissingPersistentVolumeClaim")]
     assert "'datasets'" in problems[0][2]
 

@@ -24,7 +24,7 @@ def test_export_job_converts_the_step_into_the_target(reference: tuple[GRPOJobSp
         "--checkpoint",
         "/checkpoints/global_step_500",
         "--target",
-        "/export/exports/qwen2-7b-grpo",
+        "/export/qwen2-7b-grpo",
     ]
     assert cmd[cmd.index("--max-shard-size") + 1] == "5GB"
     assert cmd[cmd.index("--dtype") + 1] == "bf16"
@@ -39,7 +39,7 @@ def test_export_job_mounts_checkpoints_read_only_and_target_read_write(reference
     assert mounts["/checkpoints"]["readOnly"] is True
     assert mounts["/export"]["readOnly"] is False
     assert volumes[mounts["/checkpoints"]["name"]] == "qwen2-7b-reference-checkpoints"
-    assert volumes[mounts["/export"]["name"]] == "models"
+    assert volumes[mounts["/export"]["name"]] == "exports"
 
 
 def test_export_without_step_converts_the_latest_checkpoint(reference: tuple[GRPOJobSpec, Plan]) -> None:

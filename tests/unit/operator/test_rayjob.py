@@ -24,6 +24,8 @@ def test_rayjob_runs_grpo_train_and_shuts_down_after(reference: tuple[GRPOJobSpe
     assert (rj["apiVersion"], rj["kind"], rj["metadata"]["name"]) == ("ray.io/v1", "RayJob", "qwen2-7b-reference")
     assert rj["spec"]["entrypoint"] == "grpo-train --config_path /etc/grpo/verl.yaml"
     assert rj["spec"]["shutdownAfterJobFinishes"] is True
+    # Kept 5 minutes after the last failure for its logs; the operator sets 0 once training completed.
+    assert rj["spec"]["ttlSecondsAfterFinished"] == 300
     assert rj["spec"]["backoffLimit"] == 2
     assert rj["spec"]["suspend"] is False
     assert "activeDeadlineSeconds" not in rj["spec"]
@@ -73,33 +75,68 @@ def test_head_has_no_gpus_and_serves_metrics(reference: tuple[GRPOJobSpec, Plan]
     assert {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"} in container["ports"]
 
 
+def _templates(rayjob: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {"head": rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"],
+            **{name: g["template"] for name, g in _groups(rayjob).items()}}
+
+
+def _mounts_and_claims(template: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    mounts = {m["mountPath"]: m for m in _container(template)["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in template["spec"]["volumes"] if "persistentVolumeClaim" in v}
+    return mounts, claims
+
+
 def test_pods_mount_the_contract_paths(reference: tuple[GRPOJobSpec, Plan]) -> None:
-    rj = render_rayjob(*reference)
-    templates = [rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]] + [
-        g["template"] for g in _groups(rj).values()
-    ]
-    for template in templates:
-        mounts = {m["mountPath"]: m for m in _container(template)["volumeMounts"]}
+    for role, template in _templates(render_rayjob(*reference)).items():
+        mounts, claims = _mounts_and_claims(template)
         volumes = {v["name"]: v for v in template["spec"]["volumes"]}
         assert mounts["/etc/grpo/verl.yaml"]["subPath"] == "verl.yaml"
         assert volumes[mounts["/etc/grpo/verl.yaml"]["name"]]["configMap"] == {"name": "qwen2-7b-reference-verl"}
-        assert mounts["/models"]["readOnly"] is True
-        assert mounts["/data"]["readOnly"] is True
-        assert mounts["/checkpoints"]["readOnly"] is False
-        claims = {
-            v["name"]: v["persistentVolumeClaim"]["claimName"] for v in volumes.values() if "persistentVolumeClaim" in v
-        }
-        assert claims[mounts["/checkpoints"]["name"]] == "qwen2-7b-reference-checkpoints"
+        assert mounts["/models"]["readOnly"] is True, role
         assert claims[mounts["/models"]["name"]] == "models"
-        assert claims[mounts["/data"]["name"]] == "datasets"
         assert "/dev/shm" in mounts
+
+
+def test_each_claim_is_mounted_only_where_it_is_read(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    where = {role: set(_mounts_and_claims(t)[0]) for role, t in _templates(render_rayjob(*reference)).items()}
+    assert {role for role, paths in where.items() if "/data" in paths} == {"head"}
+    assert {role for role, paths in where.items() if "/checkpoints" in paths} == {"head", "actor"}
+    assert {role for role, paths in where.items() if "/models" in paths} == {"head", "actor", "rollout", "reward"}
+
+
+def test_checkpoints_are_the_jobs_own_directory_read_write(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    templates = _templates(render_rayjob(*reference))
+    for role in ("head", "actor"):
+        mounts, claims = _mounts_and_claims(templates[role])
+        checkpoints = mounts["/checkpoints"]
+        assert checkpoints["readOnly"] is False
+        assert checkpoints["subPath"] == "team-a/qwen2-7b-reference"
+        assert claims[checkpoints["name"]] == "qwen2-7b-reference-checkpoints"
+        data = mounts.get("/data")
+        assert data is None or (data["readOnly"] is True and claims[data["name"]] == "datasets")
+
+
+def test_head_follows_the_single_actor_pod_onto_its_node(colocated_body: dict[str, Any]) -> None:
+    tolerate = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    spec = spec_with(colocated_body, lambda s: s["placement"]["roles"]["actor"].update(tolerations=tolerate))
+    head = _templates(render_rayjob(spec, plan_of(spec, "qwen2-7b-length")))["head"]["spec"]
+    (term,) = head["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {"labelSelector": {"matchLabels": {"grpo.dev/job": "qwen2-7b-length", "grpo.dev/role": "actor"}},
+                    "topologyKey": "kubernetes.io/hostname"}
+    assert head["tolerations"] == tolerate  # the actor's node may be tainted for GPU pods only
+
+
+def test_head_is_free_when_checkpoints_are_on_a_shared_filesystem(colocated_body: dict[str, Any]) -> None:
+    volume = {"size": "1Ti", "accessModes": ["ReadWriteMany"]}
+    spec = spec_with(colocated_body, lambda s: s.update(checkpoints={"volume": volume}))
+    head = _templates(render_rayjob(spec, plan_of(spec)))["head"]["spec"]
+    assert "affinity" not in head and "tolerations" not in head
 
 
 def test_a_claim_mounted_twice_is_one_volume(colocated_body: dict[str, Any]) -> None:
     spec = spec_with(colocated_body, lambda s: s["data"].update(claimName="models"))
-    template = render_rayjob(spec, plan_of(spec, "qwen2-7b-length"))["spec"]["rayClusterSpec"]["headGroupSpec"][
-        "template"
-    ]
+    template = _templates(render_rayjob(spec, plan_of(spec, "qwen2-7b-length")))["head"]
     claims = [
         v["persistentVolumeClaim"]["claimName"] for v in template["spec"]["volumes"] if "persistentVolumeClaim" in v
     ]

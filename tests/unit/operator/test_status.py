@@ -8,6 +8,7 @@ from grpo_operator.reconcile.status import (
     observe_export,
     observe_rayjob,
     rehearsal_condition,
+    restart_condition,
 )
 
 
@@ -109,3 +110,69 @@ def test_rehearsal_verdict_becomes_a_condition_naming_each_failed_field_and_fix(
     assert (failed.status, failed.reason) == ("False", "RehearsalFailed")
     assert failed.message == ("1 of 2 checks failed: spec.reward.function: compute_score raised ZeroDivisionError "
                               "(fix: fix the function)")
+
+
+# --------------------------------------------------------------------------- honest counts and endings
+
+
+def test_restarts_count_retries_started_not_failures() -> None:
+    # retries: 1 (backoffLimit 1): attempt 1 fails -> Retrying with failed=1; attempt 2 fails -> Failed, failed=2.
+    retrying = observe_rayjob("j", _rayjob("Retrying", failed=1), export_enabled=False)
+    assert retrying.fields["restarts"] == 1
+    rerun = observe_rayjob("j", _rayjob("Running", failed=1), export_enabled=False)
+    assert rerun.fields["restarts"] == 1
+    final = observe_rayjob("j", _rayjob("Failed", failed=2, reason="AppFailed", message="NaN loss at step 40"),
+                           export_enabled=False)
+    assert final.fields["restarts"] == 1  # KubeRay counted the last failure, but started no retry after it
+    assert final.ready.message == "RayJob j failed after 2 attempts (1 restart): NaN loss at step 40"
+
+
+def test_a_deadline_failure_without_retries_has_no_restart() -> None:
+    failed = observe_rayjob("j", _rayjob("Failed", failed=1, reason="DeadlineExceeded", message="passed 3600s"),
+                            export_enabled=False)
+    assert failed.fields["restarts"] == 0
+    assert "after 1 attempt (0 restarts)" in failed.ready.message
+
+
+def test_kuberay_refusal_is_said_as_such() -> None:
+    refused = observe_rayjob("j", _rayjob("ValidationFailed", message="bad spec"), export_enabled=False)
+    assert (refused.phase, refused.ready.message) == ("Failed", "KubeRay refused RayJob j: bad spec")
+
+
+def test_endings_carry_the_conditions_kubectl_wait_looks_for() -> None:
+    done = observe_rayjob("j", _rayjob("Complete"), export_enabled=False)
+    assert {(c.type, c.status) for c in done.extra_conditions} == {("Complete", "True"), ("Succeeded", "True")}
+    failed = observe_rayjob("j", {"metadata": {"namespace": "team"}, **_rayjob("Failed", failed=1)},
+                            export_enabled=False)
+    (terminal,) = failed.extra_conditions
+    assert (terminal.type, terminal.status) == ("Failed", "True")
+    assert "kubectl logs -n team job/j -c ray-job-submitter" in terminal.message
+    running = observe_rayjob("j", _rayjob("Running"), export_enabled=False)
+    assert running.extra_conditions == ()
+    exported = observe_export("j-export", _job("Complete"), {"path": "/export/m"}, "m")
+    assert {c.type for c in exported.extra_conditions} == {"Exported", "Complete", "Succeeded"}
+    export_failed = observe_export("j-export", _job("Failed", "BackoffLimitExceeded"), None)
+    assert {c.type for c in export_failed.extra_conditions} == {"Exported", "Failed"}
+
+
+def test_status_logs_name_the_submitter_job_and_a_ready_command() -> None:
+    running = observe_rayjob("j", {"metadata": {"namespace": "team"}, **_rayjob("Running")}, export_enabled=False)
+    assert running.fields["logs"] == {"submitterJob": "j", "command": "kubectl logs -n team job/j -c ray-job-submitter"}
+
+
+def test_the_cluster_is_released_after_success_only() -> None:
+    kept = {"spec": {"ttlSecondsAfterFinished": 300}}
+    assert observe_rayjob("j", {**kept, **_rayjob("Complete")}, export_enabled=False).release_cluster
+    assert observe_rayjob("j", {**kept, **_rayjob("Complete")}, export_enabled=True).release_cluster
+    assert not observe_rayjob("j", {**kept, **_rayjob("Failed", failed=1)}, export_enabled=False).release_cluster
+    released = {"spec": {"ttlSecondsAfterFinished": 0}}
+    assert not observe_rayjob("j", {**released, **_rayjob("Complete")}, export_enabled=False).release_cluster
+
+
+def test_restart_condition_does_not_guess_the_checkpoint() -> None:
+    unknown = restart_condition(1, 2, None)
+    assert unknown.message == ("attempt 2 of 3 after a failure; resumes from the latest checkpoint in the job's "
+                               "directory, or from step 0 if none was saved")
+    known = restart_condition(2, 2, {"step": 100, "path": "/checkpoints/global_step_100"})
+    assert known.message.startswith("attempt 3 of 3 after a failure; resumes from checkpoint step 100")
+    assert "starts from step 0" in restart_condition(1, 2, None, resume="disable").message

@@ -3,6 +3,7 @@ GRPOJob status patch."""
 
 from __future__ import annotations
 
+import math
 import urllib.request
 from datetime import UTC, datetime
 
@@ -71,9 +72,52 @@ def test_metrics_endpoint_shows_the_values_of_the_last_step(monkeypatch: pytest.
         backend.metrics.close()
 
 
-def test_missing_or_non_finite_metrics_are_left_out() -> None:
+def test_missing_or_non_finite_metrics_are_left_out_and_named() -> None:
     m = extract({"critic/score/mean": float("nan"), "actor/entropy": torch.tensor(1.25)}, step=4)
-    assert m == StepMetrics(step=4, entropy=1.25)
+    assert m == StepMetrics(step=4, entropy=1.25, non_finite=("reward_mean",))
+
+
+def test_grad_norm_and_clip_fraction_are_published() -> None:
+    # Keys as a real verl 0.9.1 step logged them (bench/gpu/results/2026-12-02/pair1-ours.log.gz).
+    m = extract({"actor/grad_norm": 0.1177, "actor/pg_clipfrac": 0.0123, "actor/pg_clipfrac_lower": 0.0}, step=3)
+    metrics = TrainerMetrics()
+    metrics.observe(m)
+    assert metrics.registry.get_sample_value("grpo_trainer_grad_norm") == pytest.approx(0.1177)
+    assert metrics.registry.get_sample_value("grpo_trainer_clip_fraction") == pytest.approx(0.0123)
+
+
+def test_a_nan_step_is_counted_and_shown_as_nan_not_as_the_last_good_value() -> None:
+    metrics = TrainerMetrics()
+    metrics.observe(extract({"actor/pg_loss": -0.3, "actor/grad_norm": 0.2}, step=1))
+    metrics.observe(extract({"actor/pg_loss": float("nan"), "actor/grad_norm": float("inf")}, step=2))
+    metrics.observe(extract({"actor/pg_loss": -0.2, "actor/grad_norm": 0.3}, step=3))
+    metrics.observe(extract({"actor/pg_loss": float("nan")}, step=4))
+    assert metrics.registry.get_sample_value("grpo_trainer_nonfinite_steps_total") == 2
+    assert math.isnan(metrics.registry.get_sample_value("grpo_trainer_pg_loss"))
+    assert metrics.registry.get_sample_value("grpo_trainer_grad_norm") == pytest.approx(0.3)
+    assert metrics.non_finite_count == 2
+
+
+def test_the_entropy_baseline_is_the_median_of_the_first_ten_steps() -> None:
+    metrics = TrainerMetrics()
+    for step in range(1, 10):
+        metrics.observe(StepMetrics(step=step, entropy=2.0 - 0.1 * step))
+    assert math.isnan(metrics.registry.get_sample_value("grpo_trainer_entropy_baseline"))  # not yet known
+    metrics.observe(StepMetrics(step=10, entropy=1.0))
+    assert metrics.registry.get_sample_value("grpo_trainer_entropy_baseline") == pytest.approx(1.45)
+    metrics.observe(StepMetrics(step=11, entropy=0.1))  # later steps never move it
+    assert metrics.registry.get_sample_value("grpo_trainer_entropy_baseline") == pytest.approx(1.45)
+
+
+def test_a_resumed_attempt_keeps_the_baseline_its_job_reported() -> None:
+    class _Job:
+        def get_namespaced_custom_object(self, *args: object) -> dict:
+            return {"status": {"progress": {"step": 200, "entropyBaseline": 1.3}}}
+
+    metrics = TrainerMetrics()
+    tracking._restore_baseline(metrics, StatusReporter("team-a", "job1", api=_Job()))
+    metrics.observe(StepMetrics(step=201, entropy=0.2))  # past step 10: it could never compute its own
+    assert metrics.registry.get_sample_value("grpo_trainer_entropy_baseline") == pytest.approx(1.3)
 
 
 def test_status_patch_carries_step_and_key_metrics() -> None:
@@ -140,7 +184,8 @@ def test_status_patch_matches_the_grpojob_status_schema() -> None:
     # fields (it ignores unknown keys, so check the names, then the values)
     from grpo_operator.api import ProgressStatus
 
-    patch = build_progress_patch(extract(_verl_step(5), step=5), 30, datetime(2026, 12, 2, tzinfo=UTC))
+    patch = build_progress_patch(extract(_verl_step(5), step=5), 30, datetime(2026, 12, 2, tzinfo=UTC),
+                                 entropy_baseline=1.9, non_finite_steps=0)
     progress = patch["status"]["progress"]
     aliases = {f.alias or name for name, f in ProgressStatus.model_fields.items()}
     assert set(progress) == aliases

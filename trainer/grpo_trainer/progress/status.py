@@ -17,7 +17,13 @@ log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 
 
-def build_progress_patch(m: StepMetrics, total_steps: int | None, now: datetime) -> dict[str, Any]:
+def build_progress_patch(
+    m: StepMetrics,
+    total_steps: int | None,
+    now: datetime,
+    entropy_baseline: float | None = None,
+    non_finite_steps: int | None = None,
+) -> dict[str, Any]:
     """Pure: the merge patch body for `status.progress` (absent metrics are left out, not nulled)."""
     progress: dict[str, Any] = {
         "step": m.step,
@@ -31,9 +37,12 @@ def build_progress_patch(m: StepMetrics, total_steps: int | None, now: datetime)
         ("klDivergence", m.kl_loss),
         ("entropy", m.entropy),
         ("responseLengthMean", m.response_length_mean),
+        ("entropyBaseline", entropy_baseline),
     ):
         if value is not None:
             progress[key] = round(float(value), 6)
+    if non_finite_steps is not None:
+        progress["nonFiniteSteps"] = int(non_finite_steps)
     return {"status": {"progress": progress}}
 
 
@@ -54,8 +63,28 @@ class StatusReporter:
             self._api = client.CustomObjectsApi()
         return self._api
 
-    def report(self, m: StepMetrics, total_steps: int | None) -> bool:
-        return self.patch(build_progress_patch(m, total_steps, datetime.now(UTC)), f"status.progress at step {m.step}")
+    def progress(self) -> dict[str, Any]:
+        """The job's status.progress as an earlier attempt left it ({} when unknown), e.g. its entropy baseline."""
+        if self._disabled:
+            return {}
+        try:
+            job = self._client().get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+        except Exception as e:  # best effort, as report() is
+            if type(e).__name__ == "ConfigException":
+                self._disabled = True
+            log.warning("could not read %s/%s status.progress: %s", self.namespace, self.name, e)
+            return {}
+        return dict(((job or {}).get("status") or {}).get("progress") or {})
+
+    def report(
+        self,
+        m: StepMetrics,
+        total_steps: int | None,
+        entropy_baseline: float | None = None,
+        non_finite_steps: int | None = None,
+    ) -> bool:
+        body = build_progress_patch(m, total_steps, datetime.now(UTC), entropy_baseline, non_finite_steps)
+        return self.patch(body, f"status.progress at step {m.step}")
 
     def patch(self, body: dict[str, Any], what: str) -> bool:
         """A merge patch of the status subresource; `what` names it in the log if it fails."""

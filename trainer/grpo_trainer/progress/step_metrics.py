@@ -16,6 +16,8 @@ VERL_KEYS: dict[str, tuple[str, ...]] = {
     "reward_max": ("critic/score/max", "critic/rewards/max"),
     "kl_loss": ("actor/kl_loss",),
     "pg_loss": ("actor/pg_loss",),
+    "grad_norm": ("actor/grad_norm",),
+    "clip_fraction": ("actor/pg_clipfrac",),
     "entropy": ("actor/entropy",),
     "response_length_mean": ("response_length/mean",),
     "throughput": ("perf/throughput",),
@@ -32,26 +34,39 @@ class StepMetrics:
     reward_max: float | None = None
     kl_loss: float | None = None
     pg_loss: float | None = None
+    grad_norm: float | None = None
+    clip_fraction: float | None = None
     entropy: float | None = None
     response_length_mean: float | None = None
     throughput: float | None = None
     step_time_seconds: float | None = None
+    # Fields whose verl value was NaN or infinite: left out of the values above (a status line cannot
+    # carry them), but never silently: the metrics publish them as NaN and count the step.
+    non_finite: tuple[str, ...] = ()
 
 
-def _number(value: Any) -> float | None:
+def _float(value: Any) -> float | None:
+    """A number as a float (NaN and infinities included); None for what is not a number."""
     if hasattr(value, "item"):  # numpy / torch scalars
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    f = float(value)
-    return f if math.isfinite(f) else None
+    return float(value)
 
 
 def extract(data: Mapping[str, Any], step: int) -> StepMetrics:
-    """Pure: verl's metrics dict for `step` -> the values we publish (absent keys stay None)."""
+    """Pure: verl's metrics dict for `step` -> the values we publish (absent keys stay None).
+
+    A NaN or infinite value (a diverged loss, an exploded gradient) is named in `non_finite` instead.
+    """
     values: dict[str, float | None] = {}
+    non_finite: list[str] = []
     for name, keys in VERL_KEYS.items():
         if name == "step":
             continue
-        values[name] = next((v for k in keys if k in data and (v := _number(data[k])) is not None), None)
-    return StepMetrics(step=int(step), **values)
+        found = next((v for k in keys if k in data and (v := _float(data[k])) is not None), None)
+        if found is not None and not math.isfinite(found):
+            non_finite.append(name)
+            found = None
+        values[name] = found
+    return StepMetrics(step=int(step), non_finite=tuple(non_finite), **values)

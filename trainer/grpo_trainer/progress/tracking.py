@@ -74,7 +74,7 @@ class GrpoTrackingBackend:
             log.exception("grpo tracking backend: could not record step %s", step)
             return
         if self.reporter is not None:
-            self.reporter.report(m, self.total_steps)
+            self.reporter.report(m, self.total_steps, self.metrics.baseline.value, self.metrics.non_finite_count)
 
     def finish(self) -> None:
         # The HTTP server stays up until the process exits so the last values can still be scraped.
@@ -100,10 +100,19 @@ def backend_for_process(config: Mapping[str, Any] | None, env: ProgressEnv) -> G
                     e,
                 )
         reporter = StatusReporter(env.job_namespace, env.job_name) if env.job_name and env.job_namespace else None
+        if reporter is not None:
+            _restore_baseline(metrics, reporter)
         backend = GrpoTrackingBackend(metrics, reporter)
         _process_backend["backend"] = backend
     backend.total_steps = total_steps_from(config) or backend.total_steps
     return backend
+
+
+def _restore_baseline(metrics: TrainerMetrics, reporter: StatusReporter) -> None:
+    """A retry resumes past the first steps: keep comparing with the baseline an earlier attempt reported."""
+    baseline = reporter.progress().get("entropyBaseline")
+    if isinstance(baseline, int | float) and not isinstance(baseline, bool):
+        metrics.restore_baseline(float(baseline))
 
 
 def _install_score_std() -> None:

@@ -111,8 +111,9 @@ def place_and_probe(pools: list[Pool], role_resources: Mapping[str, str], checkp
                     timeout_s: float = 120.0) -> tuple[list[Check], list[BundleReport]]:
     """Create every pool as training would, probe each bundle, and remove the pools again."""
     import ray
-    from grpo_trainer import placement
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from grpo_trainer import placement
 
     problems = unplaceable(pools, ray_nodes(), role_resources)
     if problems:

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_trainer.placement import pinned_bundles, role_for_pool
 from omegaconf import DictConfig, OmegaConf
+
+from grpo_trainer.placement import pinned_bundles, role_for_pool
 
 # verl's max_colocate_count: the CPUs each GPU bundle asks for (trainer pools 3, standalone rollout 2).
 TRAINER_POOL_CPUS = 3

@@ -1,0 +1,55 @@
+"""While a job is Pending, look at its claims: one that cannot bind becomes a ClaimsBound condition.
+
+The operator watches no PVCs or Events (a cluster-wide watch of either costs more than these few
+reads): a job that stays Pending gets a timer instead, every `storage_check_seconds`, until it leaves
+Pending. What the claims and their Events mean is decided in `storage.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import kopf
+from pydantic import ValidationError
+
+from grpo_operator.plan import PlanError
+from grpo_operator.reconcile import storage
+from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
+from grpo_operator.reconcile.retries import Retries
+from grpo_operator.reconcile.status import merge_conditions
+from grpo_operator.runtime import kube
+
+# A timer of their own, beside the creation retries (handlers.RETRIES): both may be pending for a job.
+STORAGE_CHECKS = Retries()
+
+
+def check_storage_later(namespace: str, name: str) -> None:
+    STORAGE_CHECKS.schedule((namespace, name), SETTINGS.storage_check_seconds, lambda: check_storage(namespace, name))
+
+
+async def check_storage(namespace: str, name: str) -> None:
+    """While the job is Pending: say which of its claims cannot bind and why; look again later."""
+    job = await kube.get_grpojob(namespace, name)
+    status = (job or {}).get("status") or {}
+    if job is None or status.get("phase") != "Pending":
+        return
+    try:
+        job_spec, job_plan = parse(name, namespace, job["spec"])
+    except (ValidationError, PlanError):
+        return
+    watched = storage.claims_of(job_spec, job_plan)
+    facts = await asyncio.gather(*(kube.claim_facts(namespace, c) for c in watched))
+    problems = []
+    for (claim, field), found in zip(watched.items(), facts, strict=True):
+        if found is not None and found.phase != "Bound":
+            events = await kube.events_of(namespace, "PersistentVolumeClaim", claim)
+            problem = storage.unbound(claim, field, found, events)
+            if problem is not None:
+                problems.append(problem)
+    update = storage.storage_condition(problems, storage.reported_unbound(status))
+    if update is not None and not conditions_hold(status, (update,)):
+        conditions = merge_conditions(status.get("conditions") or [], (update,), status.get("observedGeneration"))
+        await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
+        if update.status == "False":
+            kopf.warn(job, reason="ClaimNotBound", message=update.message)
+    check_storage_later(namespace, name)
