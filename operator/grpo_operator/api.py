@@ -603,6 +603,17 @@ class ExportTarget(ApiModel):
     path: RelPath = Field(description="Directory relative to the claim's root, e.g. exports/qwen2-7b-grpo.")
 
 
+class ConverterResources(ApiModel):
+    """CPU and memory of the converter pod (requests = limits)."""
+
+    cpu: Quantity | None = Field(default=None, description="CPUs of the converter pod. Defaults to the head's.")
+    memory: Quantity | None = Field(
+        default=None,
+        description="Memory of the converter pod; it holds about one safetensors shard (export.maxShardSize) at a "
+        "time. Defaults to the head's.",
+    )
+
+
 class ExportSpec(ApiModel):
     """After training, convert the last checkpoint to HuggingFace safetensors with a converter Job."""
 
@@ -626,6 +637,17 @@ class ExportSpec(ApiModel):
     dtype: Literal["bfloat16", "float32", "keep"] = Field(
         default="bfloat16",
         description="Data type of the exported floating-point weights; keep writes the checkpoint's own dtype.",
+    )
+    node_selector: LabelMap | None = Field(
+        default=None,
+        description="Node labels the converter pod requires. The converter is CPU work that holds one shard in "
+        "memory at a time; by default it runs where the Ray head runs (placement.head.nodeSelector).",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, max_length=16, description="Taints the converter pod tolerates (default: the head's)."
+    )
+    resources: ConverterResources | None = Field(
+        default=None, description="CPU and memory of the converter pod (requests = limits)."
     )
 
 

@@ -171,6 +171,8 @@ class Plan:
     image: str
     mode: Literal["colocated", "disaggregated"]
     head: PodShape
+    # The converter pod: spec.export's own placement and resources where given, else the head's.
+    export_pod: PodShape
     groups: tuple[WorkerGroup, ...]
     service_account: str
     creates_service_account: bool
@@ -289,6 +291,17 @@ def _head_shape(spec: GRPOJobSpec) -> PodShape:
         memory=str(head.resources.memory) if head.resources.memory is not None else HEAD_MEMORY,
         node_selector=dict(head.node_selector),
         tolerations=_tolerations(head.tolerations),
+    )
+
+
+def _export_shape(spec: GRPOJobSpec) -> PodShape:
+    head, export = _head_shape(spec), spec.export
+    resources = export.resources
+    return PodShape(
+        cpu=str(resources.cpu) if resources and resources.cpu is not None else head.cpu,
+        memory=str(resources.memory) if resources and resources.memory is not None else head.memory,
+        node_selector=dict(export.node_selector) if export.node_selector is not None else head.node_selector,
+        tolerations=_tolerations(export.tolerations) if export.tolerations is not None else head.tolerations,
     )
 
 
@@ -519,6 +532,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         image=image,
         mode=spec.placement.mode,
         head=_head_shape(spec),
+        export_pod=_export_shape(spec),
         groups=groups,
         service_account=spec.service_account_name or names.trainer_service_account,
         creates_service_account=spec.service_account_name is None,

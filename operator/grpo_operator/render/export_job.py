@@ -49,14 +49,14 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
         "--base-model",
         spec.model.path,
     ]
-    head = plan.head
+    shape = plan.export_pod
     container = {
         "name": "export",
         "image": plan.image,
         "command": command,
         "resources": {
-            "requests": {"cpu": head.cpu, "memory": head.memory},
-            "limits": {"cpu": head.cpu, "memory": head.memory},
+            "requests": {"cpu": shape.cpu, "memory": shape.memory},
+            "limits": {"cpu": shape.cpu, "memory": shape.memory},
         },
         "volumeMounts": vols.mounts,
         "terminationMessagePolicy": "File",
@@ -69,8 +69,8 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
         "containers": [container],
         "volumes": vols.volumes,
     }
-    # CPU work: it runs where the Ray head would (the GPU-free placement the user chose).
-    apply_pod_placement(pod_spec, spec, head)
+    # CPU work: where spec.export places it, by default where the Ray head runs (the GPU-free placement).
+    apply_pod_placement(pod_spec, spec, shape)
     restrict(pod_spec)
     return {
         "apiVersion": "batch/v1",

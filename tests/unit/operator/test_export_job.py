@@ -51,3 +51,20 @@ def test_export_job_needs_a_target(colocated_body: dict[str, Any]) -> None:
     spec = spec_with(colocated_body)
     with pytest.raises(ValueError, match=r"export\.target"):
         render_export_job(spec, plan_of(spec))
+
+
+def test_converter_runs_where_the_head_runs_unless_export_places_it(reference_body: dict[str, Any]) -> None:
+    spec = spec_with(reference_body)
+    default = render_export_job(spec, plan_of(spec))["spec"]["template"]["spec"]
+    assert default.get("nodeSelector", {}) == dict(spec.placement.head.node_selector)
+
+    def place(raw: dict[str, Any]) -> None:
+        raw["export"] |= {"nodeSelector": {"pool": "cpu"}, "resources": {"cpu": "2", "memory": "16Gi"},
+                          "tolerations": [{"key": "cpu-only", "operator": "Exists"}]}
+
+    placed_spec = spec_with(reference_body, place)
+    placed = render_export_job(placed_spec, plan_of(placed_spec))["spec"]["template"]["spec"]
+    assert placed["nodeSelector"] == {"pool": "cpu"}
+    assert placed["tolerations"] == [{"key": "cpu-only", "operator": "Exists"}]
+    assert placed["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "16Gi"},
+                                                    "limits": {"cpu": "2", "memory": "16Gi"}}
