@@ -80,6 +80,7 @@ TOKEN_REWARD = HERE / "token_reward.py"
 SHARED_GPU_UTILIZATION = 0.04
 SHARED_KV_CACHE_BYTES = 512 * 2**20
 SHARED_OBJECT_STORE_BYTES = 2 * 2**30
+SHARED_PROCESSES = 2
 MIN_TIMED_STEPS = 3  # step 1 (start-up) and at least two timed steps
 
 
@@ -220,6 +221,10 @@ def verl_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
     if spec.shared_gpu:
         keys["actor_rollout_ref.rollout.gpu_memory_utilization"] = SHARED_GPU_UTILIZATION
         keys["+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"] = SHARED_KV_CACHE_BYTES
+        # fewer processes per run when several runs share the machine's 16 cores (verl: 8 and 8, each a
+        # process importing torch; TransferQueue's own default is 2 units): what a run computes is unchanged
+        keys["actor_rollout_ref.rollout.agent.num_workers"] = SHARED_PROCESSES
+        keys["transfer_queue.backend.SimpleStorage.num_data_storage_units"] = SHARED_PROCESSES
         if spec.ray_address is None:  # a private cluster beside others: no dashboard port to fight over
             keys["+ray_kwargs.ray_init.include_dashboard"] = False
             keys["+ray_kwargs.ray_init.object_store_memory"] = SHARED_OBJECT_STORE_BYTES

@@ -18,18 +18,23 @@ Phases (the issue's breakdown; each from one marker to the next, "-" where a mar
     ready to fit                  -> "all initialize finished, ready to fit"
     first step                    -> the `step:1` line (agent-loop workers start, first generation, update)
 
-The first step's own generation time is verl's `timing_s/gen` of step 1.
+The first step's own generation time is verl's `timing_s/gen` of step 1. grpo-train also prints what
+its own start-up parts took ("grpo-train: data prepared in 1.2 s ...", "grpo-train: task runner prepared:
+imports 3.0 s, transfer queue 9.1 s"); `ours_parts` reads them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import steplog
 
 TIMED_LINE = re.compile(r"^\s*(\d+\.\d+) \| (.*)$")
+OUR_PART = re.compile(r"grpo-train: (.+?) in (\d+(?:\.\d+)?) s")
+OUR_PREPARED = re.compile(r"grpo-train: task runner prepared: (.*)$")
+PART_SECONDS = re.compile(r"([a-z][a-z ]*?) (\d+(?:\.\d+)?) s")
 
 
 def timed_line(elapsed_s: float, line: str) -> str:
@@ -93,11 +98,25 @@ def marker_times(lines: Iterable[str]) -> dict[str, float]:
     return times
 
 
+def ours_parts(lines: Iterable[str]) -> dict[str, float]:
+    """Pure: the seconds grpo-train reports for its own start-up parts (empty for a stock run)."""
+    parts: dict[str, float] = {}
+    for raw in lines:
+        timed = split_timed(raw)
+        text = timed[1] if timed else raw
+        if m := OUR_PREPARED.search(text):
+            parts |= {f"task runner: {name}": float(s) for name, s in PART_SECONDS.findall(m[1])}
+        elif m := OUR_PART.search(text):
+            parts[m[1]] = float(m[2])
+    return parts
+
+
 @dataclass(frozen=True)
 class Breakdown:
     phases: dict[str, float | None]  # phase -> seconds (None: a marker is missing)
     first_step_s: float | None  # process start -> step 1 line
     first_generation_s: float | None  # verl's timing_s/gen of step 1
+    ours: dict[str, float] = field(default_factory=dict)  # grpo-train's own parts (ours_parts)
 
     @property
     def accounted_s(self) -> float:
@@ -117,6 +136,7 @@ def breakdown(lines: list[str]) -> Breakdown:
         phases=phases,
         first_step_s=round(times[FIRST_STEP], 1) if FIRST_STEP in times else None,
         first_generation_s=step1.get(steplog.GEN_TIME) if step1 else None,
+        ours=ours_parts(lines),
     )
 
 
@@ -136,4 +156,8 @@ def table(runs: dict[str, Breakdown]) -> str:
         + " | ".join(f"**{steplog.fmt(runs[n].first_step_s, 1)}**" for n in names)
         + " |"
     )
+    for part in dict.fromkeys(p for n in names for p in runs[n].ours):
+        lines.append(
+            f"| grpo-train: {part} | " + " | ".join(steplog.fmt(runs[n].ours.get(part), 1) for n in names) + " |"
+        )
     return "\n".join(lines)

@@ -138,6 +138,8 @@ def test_every_run_of_the_session_builds_a_config_verl_accepts(spec: run_grpo.Ru
         assert cfg.actor_rollout_ref.rollout.temperature == spec.temperature
     if spec.shared_gpu:
         assert cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == run_grpo.SHARED_KV_CACHE_BYTES
+        assert cfg.actor_rollout_ref.rollout.agent.num_workers == run_grpo.SHARED_PROCESSES
+        assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == run_grpo.SHARED_PROCESSES
     if spec.reward == "token":
         assert cfg.reward.custom_reward_function.path == str(run_grpo.TOKEN_REWARD)
     if spec.reward == "model":

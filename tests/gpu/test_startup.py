@@ -51,6 +51,12 @@ def test_phases_run_from_marker_to_marker_and_add_up_to_the_first_step() -> None
     assert b.first_step_s == 185.4
     assert b.accounted_s == pytest.approx(185.4)
     assert b.first_generation_s == 6.3
+    assert b.ours == {
+        "config built and validated": 2.1,
+        "data prepared": 1.2,
+        "task runner: imports": 6.0,
+        "task runner: transfer queue": 9.0,
+    }
 
 
 def test_stock_verl_lines_mark_the_same_phases() -> None:
@@ -81,3 +87,4 @@ def test_the_table_has_a_column_per_run_and_the_totals() -> None:
     assert "| phase (s) | ours | stock |" in text
     assert "| vllm engine | 79.9 | - |" in text
     assert "| **process start -> step 1 done** | **185.4** | **-** |" in text
+    assert "| grpo-train: task runner: transfer queue | 9.0 | - |" in text

@@ -134,8 +134,15 @@ def run(built: BuiltConfig) -> None:
     run_ppo(built.verl, task_runner_class=task_runner_class(built.verl, before_run))
 
 
+def show_our_info_logs() -> None:
+    """Our INFO lines (start-up times, pinned pools) even where importing verl has set the root logger to
+    WARNING first (verl's __init__ calls logging.basicConfig), which makes basicConfig here a no-op."""
+    logging.getLogger("grpo_trainer").setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    show_our_info_logs()
     args = parse_args(argv)
     try:
         started = time.monotonic()
