@@ -4,7 +4,7 @@ The `gpu` tests share one batch of runs (`gpu_batch`): learning and control, pla
 model, and the smoke run, all at the same time on the one GPU (bench/gpu/session.py says why they may).
 GRPO_GPU_WORK names the work folder (default: a temporary one), GRPO_GPU_OUT a folder that keeps every
 run's result JSON, gzipped log and steps file; GRPO_GPU_STEPS (10) and GRPO_GPU_LEARN_STEPS (30) the steps,
-GRPO_GPU_CAP_S (400) the seconds after which each run is stopped.
+GRPO_GPU_CAP_S (370) the seconds after which each run is stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def gpu_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     batch = session.unmeasured_batch(
         learn_steps=int(os.environ.get("GRPO_GPU_LEARN_STEPS", "30")),
         smoke_steps=int(os.environ.get("GRPO_GPU_STEPS", "10")),
-        cap_s=float(os.environ.get("GRPO_GPU_CAP_S", "400")),
+        cap_s=float(os.environ.get("GRPO_GPU_CAP_S", "370")),
     )
     outcomes = session.run_batch(batch, run_grpo.Paths(work), out)
     for o in outcomes.values():

@@ -22,10 +22,10 @@ def test_the_calls_in_budget_fit_the_session_and_the_slots_are_named() -> None:
 
 
 def test_the_unmeasured_runs_share_the_gpu_and_nothing_else() -> None:
-    batch = session.unmeasured_batch(learn_steps=30, cap_s=400)
+    batch = session.unmeasured_batch(learn_steps=30, cap_s=370)
     specs = {r.spec.name: r.spec for r in batch}
     assert set(specs) == {"learn", "control", "placement", "smoke"}
-    assert all(s.shared_gpu and s.timeout_s == 400 and s.kind == "ours" for s in specs.values())
+    assert all(s.shared_gpu and s.timeout_s == 370 and s.kind == "ours" for s in specs.values())
     assert len({s.metrics_port for s in specs.values()}) == len(specs)
     # learning and control differ in the learning rate alone
     learn, control = specs["learn"], specs["control"]
