@@ -1,18 +1,25 @@
-"""GPU smoke run and step-time benchmark: `grpo-train` against stock `python -m verl.trainer.main_ppo`.
+"""GPU runs of grpo-train (and of stock `python -m verl.trainer.main_ppo` beside it) on one GPU.
 
-    python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run ours    # grpo-train, checkpoint, export, generate
-    python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run stock   # verl's main_ppo, same model/data/keys
-    python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run both
-    python bench/gpu/run_grpo.py report OURS STOCK                  # ratio and phase timers (result JSONs or logs)
+    python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run ours --export   # grpo-train, checkpoint, export, generate
+    python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run stock            # verl's main_ppo, same model/data/keys
+    python bench/gpu/run_grpo.py --work /tmp/grpo-gpu --run ours --lr 1e-3 --reward token --steps 30
+    python bench/gpu/run_grpo.py report OURS STOCK          # step-time ratio and phase timers (result JSONs or logs)
+    python bench/gpu/run_grpo.py pairs O1 S1 O2 S2 ...      # the ratio by the mean of pairs (ABBA)
+    python bench/gpu/run_grpo.py startup LOG...             # start-up breakdown of timed logs (bench/gpu/startup.py)
 
 Needs one NVIDIA GPU and the trainer image's stack (verl 0.9.1, vLLM 0.24.0, Ray). Everything else is built
-here: a tiny random Qwen2 model with a locally trained byte-level BPE tokenizer, a JSONL prompt set (converted
-to parquet by grpo_trainer's data prep), the length reward, colocated on 1 GPU with TP 1.
+here: a tiny random Qwen2 model with a locally trained byte-level BPE tokenizer (and, for `--reward model`, a
+tiny random Qwen2 sequence classifier as reward model), a JSONL prompt set (converted to parquet by
+grpo_trainer's data prep), colocated on 1 GPU with TP 1. bench/gpu/session.py runs the device session's
+batch through `run` and `run_together`.
 
-Both runs get the same verl keys: the shared VERL_KEYS, plus the values grpo-train derives (parquet files,
-max_model_len, the length reward manager, validation off), read from grpo-train's own config builder; stock
-runs without our worker hook and tracking backend. Step times come from verl's console logger; step 1
-(warm-up) is left out of the medians.
+A run is a RunSpec: learning rate, reward (length, the target-word share of bench/gpu/token_reward.py, or
+the reward model), sampling temperature, steps, and whether it shares the GPU with other runs. Stock and
+ours get the same verl keys plus the values grpo-train derives (parquet files, max_model_len, the length
+reward manager, validation off), read from grpo-train's own config builder; stock runs without our worker
+hook and tracking backend. Every line of a run's log carries the seconds since its process started (the
+start-up breakdown); step times come from verl's console logger, and an ours run also writes every step's
+whole metrics dict to steps/<run>.jsonl (grpo.metrics.stepsFile). Step 1 (warm-up) is left out of medians.
 """
 
 from __future__ import annotations
@@ -22,20 +29,24 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import startup
 import steplog
 import tiny_model
+from pairs import pairs_ratio
 
 ENV = {
     "PYTHONUNBUFFERED": "1",
@@ -47,6 +58,7 @@ ENV = {
     "HF_HUB_OFFLINE": "1",  # everything is local; never reach for the hub
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
+    "RAY_AUTH_MODE": "disabled",  # as the clusters of bench/gpu/raycluster.py run
 }
 PROMPTS_PER_STEP = 16
 SAMPLES_PER_PROMPT = 4
@@ -61,6 +73,46 @@ DERIVED_KEYS = (
     "trainer.val_before_train",
     "trainer.test_freq",
 )
+HERE = Path(__file__).resolve().parent
+TOKEN_REWARD = HERE / "token_reward.py"
+# A run that shares the GPU with other runs gets a fixed KV cache and a small memory floor: vLLM then
+# skips its memory profiling, whose check fails when another process frees GPU memory meanwhile.
+SHARED_GPU_UTILIZATION = 0.04
+SHARED_KV_CACHE_BYTES = 512 * 2**20
+SHARED_OBJECT_STORE_BYTES = 2 * 2**30
+SHARED_PROCESSES = 2
+MIN_TIMED_STEPS = 3  # step 1 (start-up) and at least two timed steps
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the GPU bench: what differs between runs, everything else is shared."""
+
+    name: str  # file names: logs/<name>.log, <name>.json, steps/<name>.jsonl, checkpoints-<name>
+    kind: str = "ours"  # ours: grpo-train; stock: python -m verl.trainer.main_ppo with the same keys
+    steps: int = 11
+    lr: float = 1e-5
+    reward: str = "length"  # length | token (bench/gpu/token_reward.py) | model (a tiny reward model)
+    temperature: float | None = None  # rollout sampling temperature; None: verl's default (1.0)
+    shared_gpu: bool = False  # may run beside other runs on the one GPU (small fixed vLLM memory)
+    ray_address: str | None = None  # join this Ray cluster; None: the run starts a private local one
+    metrics_port: int = 9400
+    role_resources: tuple[tuple[str, str], ...] = ()  # (role, Ray resource) pairs: pins pools to nodes
+    export: bool = False  # grpo-export --verify and a generation with the exported model afterwards
+    timeout_s: float = 540  # the run is killed after this many seconds
+    # a timed run asks for more steps than it can reach and is stopped at timeout_s on purpose: the
+    # steps it reached are its sample (RunResult.ok then needs MIN_TIMED_STEPS, not every step)
+    wall_capped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("ours", "stock"):
+            raise ValueError(f"kind must be ours or stock, got {self.kind!r}")
+        if self.reward not in ("length", "token", "model"):
+            raise ValueError(f"reward must be length, token or model, got {self.reward!r}")
+        if self.kind == "stock" and (self.reward != "length" or self.role_resources or self.export):
+            raise ValueError("a stock run is the length-reward baseline: no other reward, pinning or export")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(f"run name {self.name!r}: letters, digits, '.', '_' and '-' only")
 
 
 @dataclass(frozen=True)
@@ -72,16 +124,12 @@ class Paths:
         return self.work / "model"
 
     @property
+    def reward_model(self) -> Path:
+        return self.work / "reward-model"
+
+    @property
     def prompts(self) -> Path:
         return self.work / "prompts" / "train.jsonl"
-
-    @property
-    def prepared(self) -> Path:
-        return self.work / "prepared"
-
-    @property
-    def config(self) -> Path:
-        return self.work / "verl.yaml"
 
     @property
     def logs(self) -> Path:
@@ -91,13 +139,48 @@ class Paths:
     def export(self) -> Path:
         return self.work / "export"
 
+    def prepared(self, run: str) -> Path:
+        return self.work / f"prepared-{run}"
+
+    def config(self, run: str) -> Path:
+        return self.work / f"verl-{run}.yaml"
+
+    def log(self, run: str) -> Path:
+        return self.logs / f"{run}.log"
+
+    def steps_file(self, run: str) -> Path:
+        return self.work / "steps" / f"{run}.jsonl"
+
     def checkpoints(self, run: str) -> Path:
         return self.work / f"checkpoints-{run}"
 
 
-def verl_keys(paths: Paths, steps: int, run: str) -> dict[str, Any]:
-    """The verl keys both runs share (known to work on one H200 with the image's stack, issue 8)."""
-    return {
+def reward_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
+    """verl keys of the run's reward (the length reward's manager keys are grpo-train's to fill in)."""
+    if spec.reward == "token":
+        return {
+            "reward.custom_reward_function.path": str(TOKEN_REWARD),
+            "reward.custom_reward_function.name": "compute_score",
+        }
+    if spec.reward == "model":
+        return {
+            "reward.reward_model.enable": True,
+            "reward.reward_model.model_path": str(paths.reward_model),
+            # its own pool of one GPU (the reward node's), as the operator renders a reward group
+            "reward.reward_model.enable_resource_pool": True,
+            "reward.reward_model.n_gpus_per_node": 1,
+            "reward.reward_model.nnodes": 1,
+            "reward.reward_model.rollout.name": "vllm",
+            "reward.reward_model.rollout.tensor_model_parallel_size": 1,
+            "reward.reward_model.rollout.gpu_memory_utilization": SHARED_GPU_UTILIZATION,
+            "+reward.reward_model.rollout.engine_kwargs.vllm.kv_cache_memory_bytes": SHARED_KV_CACHE_BYTES,
+        }
+    return {}
+
+
+def verl_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
+    """The run's verl keys: the shared settings known to work on one H200 (issue 8) and the spec's changes."""
+    keys: dict[str, Any] = {
         "algorithm.adv_estimator": "grpo",
         "algorithm.use_kl_in_reward": False,
         "data.train_batch_size": PROMPTS_PER_STEP,
@@ -108,7 +191,7 @@ def verl_keys(paths: Paths, steps: int, run: str) -> dict[str, Any]:
         "actor_rollout_ref.model.use_remove_padding": False,  # no flash-attn in the image
         "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.actor.use_torch_compile": False,
-        "actor_rollout_ref.actor.optim.lr": 1e-5,
+        "actor_rollout_ref.actor.optim.lr": spec.lr,
         "actor_rollout_ref.actor.ppo_mini_batch_size": PROMPTS_PER_STEP,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 16,
         "actor_rollout_ref.actor.use_kl_loss": True,
@@ -125,39 +208,58 @@ def verl_keys(paths: Paths, steps: int, run: str) -> dict[str, Any]:
         "trainer.nnodes": 1,
         "trainer.n_gpus_per_node": 1,
         "trainer.total_epochs": 1,
-        "trainer.total_training_steps": steps,
-        "trainer.save_freq": steps,
-        "trainer.default_local_dir": str(paths.checkpoints(run)),
+        "trainer.total_training_steps": spec.steps,
+        "trainer.save_freq": spec.steps,
+        "trainer.default_local_dir": str(paths.checkpoints(spec.name)),
         "trainer.project_name": "grpo-gpu-smoke",
-        "trainer.experiment_name": run,
+        "trainer.experiment_name": spec.name,
         "trainer.logger": ["console"],
+        **reward_keys(spec, paths),
     }
+    if spec.temperature is not None:
+        keys["actor_rollout_ref.rollout.temperature"] = spec.temperature
+    if spec.shared_gpu:
+        keys["actor_rollout_ref.rollout.gpu_memory_utilization"] = SHARED_GPU_UTILIZATION
+        keys["+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"] = SHARED_KV_CACHE_BYTES
+        # fewer processes per run when several runs share the machine's 16 cores (verl: 8 and 8, each a
+        # process importing torch; TransferQueue's own default is 2 units): what a run computes is unchanged
+        keys["actor_rollout_ref.rollout.agent.num_workers"] = SHARED_PROCESSES
+        keys["transfer_queue.backend.SimpleStorage.num_data_storage_units"] = SHARED_PROCESSES
+        if spec.ray_address is None:  # a private cluster beside others: no dashboard port to fight over
+            keys["+ray_kwargs.ray_init.include_dashboard"] = False
+            keys["+ray_kwargs.ray_init.object_store_memory"] = SHARED_OBJECT_STORE_BYTES
+    return keys
 
 
-def grpo_section(paths: Paths) -> dict[str, Any]:
+def grpo_section(spec: RunSpec, paths: Paths) -> dict[str, Any]:
     return {
         "maxModelLenFactor": 1.2,
-        "reward": {"type": "length"},
-        "placement": {"mode": "colocated"},
-        "data": {"trainFiles": [str(paths.prompts)], "preparedDir": str(paths.prepared), "oversize": "drop"},
-        "metrics": {"port": 9400, "address": "127.0.0.1"},
+        "reward": {"type": {"token": "function"}.get(spec.reward, spec.reward)},
+        "placement": {"mode": "colocated", "roleResources": dict(spec.role_resources)},
+        "data": {"trainFiles": [str(paths.prompts)], "preparedDir": str(paths.prepared(spec.name)), "oversize": "drop"},
+        "metrics": {"port": spec.metrics_port, "address": "127.0.0.1", "stepsFile": str(paths.steps_file(spec.name))},
     }
 
 
-def prepare_inputs(paths: Paths, steps: int) -> None:
+def prepare_inputs(paths: Paths, steps: int, reward_model: bool = False) -> None:
     """Model, tokenizer and prompts (enough for `steps` steps in one epoch); kept when already there."""
     if not (paths.model / "config.json").exists():
         tiny_model.build_model_dir(paths.model)
-    if not paths.prompts.exists():
+    if reward_model and not (paths.reward_model / "config.json").exists():
+        tiny_model.build_reward_model_dir(paths.reward_model)
+    if not paths.prompts.exists() or len(paths.prompts.read_text().splitlines()) < PROMPTS_PER_STEP * (steps + 1):
         tiny_model.write_prompts(paths.prompts, PROMPTS_PER_STEP * (steps + 1))
 
 
-def write_config(paths: Paths, steps: int) -> Path:
+def write_config(spec: RunSpec, paths: Paths) -> Path:
+    """grpo-train's verl.yaml for the run (a stock run's twin: the keys grpo-train would derive)."""
     import yaml
 
-    doc = {**verl_keys(paths, steps, "ours"), "grpo": grpo_section(paths)}
-    paths.config.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return paths.config
+    doc = {**verl_keys(spec, paths), "grpo": grpo_section(spec, paths)}
+    target = paths.config(spec.name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return target
 
 
 def hydra_value(value: Any) -> str:
@@ -173,18 +275,17 @@ def hydra_value(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def stock_overrides(paths: Paths, steps: int) -> list[str]:
+def stock_overrides(spec: RunSpec, paths: Paths) -> list[str]:
     """verl overrides for stock main_ppo: the shared keys plus what grpo-train derives from `grpo:`."""
     from grpo_trainer.config import build_config
     from omegaconf import OmegaConf
 
-    built = build_config(str(write_config(paths, steps)), strict=True)
-    keys = verl_keys(paths, steps, "stock")
+    built = build_config(str(write_config(spec, paths)), strict=True)
     derived = {
         k: OmegaConf.to_container(v) if OmegaConf.is_config(v := OmegaConf.select(built.verl, k)) else v
         for k in DERIVED_KEYS
     }
-    return [f"{k}={hydra_value(v)}" for k, v in {**keys, **derived}.items()]
+    return [f"{k}={hydra_value(v)}" for k, v in {**verl_keys(spec, paths), **derived}.items()]
 
 
 def tool(name: str, module: str) -> list[str]:
@@ -193,12 +294,16 @@ def tool(name: str, module: str) -> list[str]:
     return [found] if found else [sys.executable, "-m", module]
 
 
-def ours_command(paths: Paths, steps: int) -> list[str]:
-    return [*tool("grpo-train", "grpo_trainer.cli"), "--config_path", str(write_config(paths, steps))]
+def command(spec: RunSpec, paths: Paths) -> list[str]:
+    if spec.kind == "stock":
+        return [sys.executable, "-m", "verl.trainer.main_ppo", *stock_overrides(spec, paths)]
+    return [*tool("grpo-train", "grpo_trainer.cli"), "--config_path", str(write_config(spec, paths))]
 
 
-def stock_command(paths: Paths, steps: int) -> list[str]:
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *stock_overrides(paths, steps)]
+def run_env(spec: RunSpec) -> dict[str, str]:
+    """Environment of the run's process: the bench's, and which Ray cluster it uses."""
+    # "local": a cluster of its own even when `ray start` left an address file on this machine
+    return {**ENV, "RAY_ADDRESS": spec.ray_address or "local"}
 
 
 @dataclass
@@ -210,28 +315,46 @@ class Streamed:
     timed_out: bool = False
 
 
-def stream(cmd: list[str], log: Path, timeout_s: float, echo_all: bool = False) -> Streamed:
-    """Run cmd, write all output to log, echo step lines (and everything when asked), kill at timeout."""
+def stream(
+    cmd: list[str],
+    log: Path,
+    timeout_s: float,
+    echo_all: bool = False,
+    env: dict[str, str] | None = None,
+    on_first_step: Callable[[], None] | None = None,
+) -> Streamed:
+    """Run cmd, write all output to log (each line with the seconds since the start: bench/gpu/startup.py),
+    echo step lines (and everything when asked), kill the whole process group at the timeout.
+    on_first_step is called once, from the log reader, when the first step line arrives."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **ENV}
+    full_env = {**os.environ, **ENV, **(env or {})}
     start = time.monotonic()
     first_step: list[float] = []
     # a session of its own, so a timeout (and the clean-up after exit) reaches Ray's and vLLM's children too
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+        bufsize=1,
+        start_new_session=True,
     )
 
     def pump() -> None:
         assert proc.stdout is not None
         with log.open("w") as f:
-            f.write("$ " + " ".join(cmd) + "\n")
+            f.write(startup.timed_line(0.0, "$ " + " ".join(cmd)) + "\n")
             for line in proc.stdout:
-                f.write(line)
+                elapsed = time.monotonic() - start
+                f.write(startup.timed_line(elapsed, line.rstrip("\n")) + "\n")
                 is_step = steplog.parse_step_line(line) is not None
                 if is_step and not first_step:
-                    first_step.append(time.monotonic() - start)
+                    first_step.append(elapsed)
+                    if on_first_step is not None:
+                        on_first_step()
                 if is_step or echo_all or "Error" in line or "error:" in line:
-                    print(f"[{time.monotonic() - start:7.1f}s] {line.rstrip()[:400]}", flush=True)
+                    print(f"[{log.stem} {elapsed:7.1f}s] {line.rstrip()[:400]}", flush=True)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -252,7 +375,7 @@ def kill_group(pgid: int) -> None:
 
 
 def stop_ray() -> None:
-    """Leftover Ray processes of a run would hold GPU memory during the next one."""
+    """Ends every Ray process on the machine: only between runs, never while another run is going."""
     subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True, check=False)
 
 
@@ -277,6 +400,9 @@ class RunResult:
     median_step_s: float | None
     mean_step_s: float | None
     median_throughput: float | None
+    spec: dict[str, Any] = field(default_factory=dict)
+    startup: dict[str, Any] = field(default_factory=dict)
+    steps_file: str | None = None
     checkpoint: str | None = None
     checkpoint_bytes: int | None = None
     export: dict[str, Any] | None = None
@@ -284,11 +410,19 @@ class RunResult:
     generation_error: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def ok(self) -> bool:
+        if self.spec.get("wall_capped"):
+            return len(self.steps) >= MIN_TIMED_STEPS
+        return self.rc == 0 and not self.timed_out and len(self.steps) >= int(self.spec.get("steps", 0))
 
-def summarize(run: str, cmd: list[str], s: Streamed) -> RunResult:
-    steps = steplog.parse_steps(s.log.read_text(errors="replace").splitlines())
+
+def summarize(spec: RunSpec, cmd: list[str], s: Streamed) -> RunResult:
+    lines = s.log.read_text(errors="replace").splitlines()
+    steps = steplog.parse_steps(lines)
+    b = startup.breakdown(lines)
     return RunResult(
-        run=run,
+        run=spec.name,
         command=cmd,
         rc=s.rc,
         wall_s=round(s.wall_s, 1),
@@ -298,6 +432,8 @@ def summarize(run: str, cmd: list[str], s: Streamed) -> RunResult:
         median_step_s=steplog.median(steps, steplog.STEP_TIME),
         mean_step_s=steplog.mean(steps, steplog.STEP_TIME),
         median_throughput=steplog.median(steps, steplog.THROUGHPUT),
+        spec=asdict(spec),
+        startup={"phases": b.phases, "first_step_s": b.first_step_s, "first_generation_s": b.first_generation_s},
     )
 
 
@@ -305,9 +441,10 @@ def export_checkpoint(paths: Paths, run: str, timeout_s: float) -> dict[str, Any
     """grpo-export --verify on the run's checkpoint root; its JSON summary (last stdout line)."""
     cmd = [*tool("grpo-export", "grpo_trainer.export"), "--checkpoint", str(paths.checkpoints(run))]
     cmd += ["--target", str(paths.export), "--verify", "--overwrite"]
-    out = stream(cmd, paths.logs / "export.log", timeout_s, echo_all=True)
-    lines = [ln for ln in out.log.read_text(errors="replace").splitlines() if ln.startswith("{")]
-    summary = json.loads(lines[-1]) if lines else {"ok": False, "reason": "no JSON summary"}
+    out = stream(cmd, paths.logs / f"{run}-export.log", timeout_s, echo_all=True)
+    lines = [t[1] for t in map(startup.split_timed, out.log.read_text(errors="replace").splitlines()) if t]
+    summary = next((json.loads(ln) for ln in reversed(lines) if ln.startswith("{")), None)
+    summary = summary or {"ok": False, "reason": "no JSON summary"}
     return {"rc": out.rc, "command": cmd, "wall_s": round(out.wall_s, 1), **summary}
 
 
@@ -344,55 +481,71 @@ def versions() -> dict[str, str]:
     return out
 
 
-def run_ours(paths: Paths, steps: int, timeout_s: float) -> RunResult:
-    cmd = ours_command(paths, steps)
-    result = summarize("ours", cmd, stream(cmd, paths.logs / "ours.log", timeout_s))
-    stop_ray()
-    ckpt = latest_step_dir(paths.checkpoints("ours"))
-    if ckpt is not None:
-        result.checkpoint, result.checkpoint_bytes = str(ckpt), dir_size(ckpt)
-        result.export = export_checkpoint(paths, "ours", timeout_s=300)
-        if result.export.get("ok"):
-            try:
-                result.generation = generate(paths.export)
-            except Exception as e:  # recorded in the result, which is still written
-                result.generation_error = f"{type(e).__name__}: {e}"
-    return result
-
-
-def run_stock(paths: Paths, steps: int, timeout_s: float) -> RunResult:
-    cmd = stock_command(paths, steps)
-    if not all(Path(f).exists() for f in data_files(paths, steps)):
-        prepare_data(paths, steps)
-    result = summarize("stock", cmd, stream(cmd, paths.logs / "stock.log", timeout_s))
-    stop_ray()
-    ckpt = latest_step_dir(paths.checkpoints("stock"))
-    if ckpt is not None:
-        result.checkpoint, result.checkpoint_bytes = str(ckpt), dir_size(ckpt)
-    return result
-
-
-def data_files(paths: Paths, steps: int) -> list[str]:
-    from grpo_trainer.config import build_config
-
-    built = build_config(str(write_config(paths, steps)), strict=True)
-    return [*built.verl.data.train_files, *built.verl.data.val_files]
-
-
-def prepare_data(paths: Paths, steps: int) -> None:
-    """grpo-train's data prep alone (stock run without an ours run before it in this work dir)."""
+def prepare_data(spec: RunSpec, paths: Paths) -> None:
+    """grpo-train's data prep alone: a stock run reads the parquet files grpo-train would have written."""
     from grpo_trainer.cli import prepare_data as prep
     from grpo_trainer.config import build_config
 
-    prep(build_config(str(write_config(paths, steps)), strict=True))
+    prep(build_config(str(write_config(spec, paths)), strict=True))
+
+
+def run(spec: RunSpec, paths: Paths, alone: bool = True, on_first_step: Callable[[], None] | None = None) -> RunResult:
+    """One training run (with export and generation when the spec asks). `alone`: no other run is going,
+    so Ray's leftovers may be cleaned up machine-wide afterwards."""
+    prepare_inputs(paths, spec.steps, reward_model=spec.reward == "model")
+    if spec.kind == "stock":
+        prepare_data(spec, paths)
+    cmd = command(spec, paths)
+    steps_file = paths.steps_file(spec.name)
+    steps_file.unlink(missing_ok=True)
+    streamed = stream(cmd, paths.log(spec.name), spec.timeout_s, env=run_env(spec), on_first_step=on_first_step)
+    result = summarize(spec, cmd, streamed)
+    if alone:
+        stop_ray()
+    result.steps_file = str(steps_file) if steps_file.exists() else None
+    ckpt = latest_step_dir(paths.checkpoints(spec.name))
+    if ckpt is not None:
+        result.checkpoint, result.checkpoint_bytes = str(ckpt), dir_size(ckpt)
+        if spec.export:
+            result.export = export_checkpoint(paths, spec.name, timeout_s=300)
+            if result.export.get("ok"):
+                try:
+                    result.generation = generate(paths.export)
+                except Exception as e:  # recorded in the result, which is still written
+                    result.generation_error = f"{type(e).__name__}: {e}"
+    return result
+
+
+def run_together(specs: list[RunSpec], paths: Paths) -> list[RunResult]:
+    """Runs at the same time on the one GPU (each shares it: spec.shared_gpu), each with its own Ray."""
+    unshared = [s.name for s in specs if not s.shared_gpu]
+    if len(specs) > 1 and unshared:
+        raise ValueError(f"runs that do not share the GPU cannot run beside others: {unshared}")
+    for spec in specs:  # inputs first, once: the runs must not build the same files at the same time
+        prepare_inputs(paths, spec.steps, reward_model=spec.reward == "model")
+    results: dict[str, RunResult] = {}
+
+    def one(spec: RunSpec) -> None:
+        results[spec.name] = run(spec, paths, alone=False)
+
+    threads = [threading.Thread(target=one, args=(s,), name=s.name) for s in specs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop_ray()
+    return [results[s.name] for s in specs if s.name in results]
 
 
 def save_result(result: RunResult, paths: Paths, out: Path) -> None:
+    """<run>.json, the run's gzipped logs and its steps file under out."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{result.run}.json").write_text(json.dumps(asdict(result), indent=1))
-    for log in paths.logs.glob("*.log"):
+    for log in paths.logs.glob(f"{result.run}*.log"):
         with log.open("rb") as src, gzip.open(out / f"{log.name}.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
+    if result.steps_file:
+        shutil.copyfile(result.steps_file, out / f"{result.run}.steps.jsonl")
 
 
 def steps_of(saved: list[dict[str, Any]]) -> list[steplog.Step]:
@@ -400,11 +553,15 @@ def steps_of(saved: list[dict[str, Any]]) -> list[steplog.Step]:
     return [steplog.Step(s["step"], {k: v for k, v in s.items() if k != "step" and v is not None}) for s in saved]
 
 
+def open_text(path: Path) -> Any:
+    return gzip.open(path, "rt", errors="replace") if path.suffix == ".gz" else path.open(errors="replace")
+
+
 def load_steps(path: Path) -> list[steplog.Step]:
     """Steps from a result JSON, or from a run's log (plain or gzipped): the logs also hold every phase timer."""
     if path.suffix == ".json":
         return steps_of(json.loads(path.read_text())["steps"])
-    with gzip.open(path, "rt", errors="replace") if path.suffix == ".gz" else path.open(errors="replace") as f:
+    with open_text(path) as f:
         return steplog.parse_steps(f)
 
 
@@ -416,6 +573,8 @@ def print_result(result: RunResult) -> None:
         f"median step (excl. step 1): {steplog.fmt(result.median_step_s, 3)} s; "
         f"median throughput {steplog.fmt(result.median_throughput, 1)} tokens/s"
     )
+    if result.startup:
+        print("start-up: " + json.dumps(result.startup))
     if result.checkpoint:
         print(f"checkpoint {result.checkpoint}: {result.checkpoint_bytes} bytes")
     if result.export is not None:
@@ -454,32 +613,71 @@ def report(ours_path: Path, stock_path: Path) -> str:
     return "\n".join(lines)
 
 
+def report_pairs(pairs: list[tuple[Path, Path]]) -> str:
+    """Step-time ratio ours/stock per pair and by the mean of pairs (the ABBA figure), from JSONs or logs."""
+    ratios = pairs_ratio([(load_steps(o), load_steps(s)) for o, s in pairs])
+    lines = ["| pair | ours mean step (s) | stock mean step (s) | ours/stock (means) | ours/stock (medians) |"]
+    lines.append("|---:|---:|---:|---:|---:|")
+    for i, p in enumerate(ratios.pairs, 1):
+        lines.append(
+            f"| {i} | {p.ours_mean:.3f} | {p.stock_mean:.3f} | {p.ratio_of_means:.3f} | {p.ratio_of_medians:.3f} |"
+        )
+    lines.append("")
+    lines.append(ratios.describe())
+    return "\n".join(lines)
+
+
+def startup_report(logs: dict[str, Path]) -> str:
+    """The start-up breakdown table of several runs' timed logs (plain or gzipped)."""
+    runs = {}
+    for name, path in logs.items():
+        with open_text(path) as f:
+            runs[name] = startup.breakdown(f.read().splitlines())
+    return startup.table(runs)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", type=Path, default=Path("/tmp/grpo-gpu"), help="work dir (model, data, checkpoints)")
     p.add_argument("--run", choices=("ours", "stock", "both"), default="both")
+    p.add_argument("--name", help="run name (files); default: the --run kind")
     p.add_argument("--steps", type=int, default=11, help="GRPO steps per run (>= 10 timed after step 1)")
+    p.add_argument("--lr", type=float, default=1e-5, help="actor learning rate")
+    p.add_argument("--reward", choices=("length", "token", "model"), default="length")
+    p.add_argument("--temperature", type=float, help="rollout sampling temperature (verl's default 1.0)")
+    p.add_argument("--export", action="store_true", help="ours: grpo-export --verify and a generation afterwards")
     p.add_argument("--timeout", type=float, default=540, help="seconds per training run before it is killed")
-    p.add_argument("--out", type=Path, help="write <run>.json and gzipped logs here")
+    p.add_argument("--out", type=Path, help="write <run>.json, gzipped logs and the steps file here")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "report":
-        print(report(Path(sys.argv[2]), Path(sys.argv[3])))
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["report"]:
+        print(report(Path(args[1]), Path(args[2])))
         return 0
-    a = parse_args(argv)
+    if args[:1] == ["pairs"]:
+        paths_ = [Path(a) for a in args[1:]]
+        print(report_pairs(list(zip(paths_[0::2], paths_[1::2], strict=True))))
+        return 0
+    if args[:1] == ["startup"]:
+        print(startup_report({Path(a).name.split(".")[0]: Path(a) for a in args[1:]}))
+        return 0
+    a = parse_args(args)
     paths = Paths(a.work.resolve())
-    prepare_inputs(paths, a.steps)
-    runs = {"ours": [run_ours], "stock": [run_stock], "both": [run_ours, run_stock]}[a.run]
+    kinds = {"ours": ["ours"], "stock": ["stock"], "both": ["ours", "stock"]}[a.run]
     ok = True
-    for fn in runs:
-        result = fn(paths, a.steps, a.timeout)
+    for kind in kinds:
+        common = {"kind": kind, "steps": a.steps, "timeout_s": a.timeout}
+        if kind == "ours":
+            common |= {"lr": a.lr, "reward": a.reward, "temperature": a.temperature, "export": a.export}
+        spec = RunSpec(name=a.name if a.name and len(kinds) == 1 else kind, **common)
+        result = run(spec, paths)
         result.versions = versions()
         print_result(result)
         if a.out:
             save_result(result, paths, a.out)
-        ok = ok and result.rc == 0 and len(result.steps) >= a.steps
+        ok = ok and result.ok
     return 0 if ok else 1
 
 

@@ -19,6 +19,8 @@ PAIR = re.compile(r"([^\s:][^:]*?):(?:np\.\w+\()?(-?(?:[0-9.]+(?:e[-+]?\d+)?|nan
 STEP_TIME = "timing_s/step"
 THROUGHPUT = "perf/throughput"
 REWARD = "critic/score/mean"
+REWARD_EXTRAS = ("critic/score/std", "critic/score/min", "critic/score/max")
+HEALTH = ("actor/entropy", "actor/kl_loss", "actor/pg_loss")
 RESPONSE_LENGTH = "response_length/mean"
 GEN_TIME = "timing_s/gen"
 UPDATE_TIME = "timing_s/update_actor"
@@ -26,7 +28,7 @@ COLUMNS = (STEP_TIME, GEN_TIME, UPDATE_TIME, THROUGHPUT, REWARD, RESPONSE_LENGTH
 # verl's per-phase timers (timing_s/<phase>) compared between the runs
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step")
 PHASE_KEYS = tuple(f"timing_s/{p}" for p in PHASES)
-SAVED = tuple(dict.fromkeys(COLUMNS + PHASE_KEYS))  # what a result JSON keeps of each step
+SAVED = tuple(dict.fromkeys(COLUMNS + REWARD_EXTRAS + HEALTH + PHASE_KEYS))  # what a result JSON keeps of each step
 
 
 @dataclass(frozen=True)

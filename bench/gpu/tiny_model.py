@@ -3,6 +3,8 @@
 - tokenizer: byte-level BPE trained with `tokenizers` on generated text, saved with a ChatML chat
   template (the Qwen2 one) and the special tokens <|endoftext|>, <|im_start|>, <|im_end|>;
 - model: transformers' Qwen2Config (2 layers, hidden 128, 2 heads of 64, 1 KV head), random init;
+- reward model: the same shape as Qwen2ForSequenceClassification with one label (its score head gives
+  one number per sequence, what verl's reward loop reads from vLLM's /classify), random init;
 - prompts: a JSONL file in the shape grpo_trainer's data prep reads.
 """
 
@@ -117,16 +119,11 @@ def build_tokenizer(vocab_size: int, seed: int = 0):  # -> transformers.PreTrain
     return fast
 
 
-def build_model_dir(target: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
-    """Save tokenizer, config, generation config and random bf16 weights of a tiny Qwen2 model."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+def _config(spec: TinyModelSpec, tokenizer, **extra):  # -> transformers.Qwen2Config
+    from transformers import Qwen2Config
 
-    target.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(spec.vocab_size, spec.seed)
-    tokenizer.save_pretrained(target)
     eos, pad = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -139,11 +136,40 @@ def build_model_dir(target: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path
         eos_token_id=eos,
         pad_token_id=pad,
         torch_dtype="bfloat16",
+        **extra,
     )
+
+
+def build_model_dir(target: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
+    """Save tokenizer, config, generation config and random bf16 weights of a tiny Qwen2 model."""
+    import torch
+    from transformers import GenerationConfig, Qwen2ForCausalLM
+
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(spec.vocab_size, spec.seed)
+    tokenizer.save_pretrained(target)
+    config = _config(spec, tokenizer)
     torch.manual_seed(spec.seed)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(target)
-    GenerationConfig(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad).save_pretrained(target)
+    GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+    ).save_pretrained(target)
+    return target
+
+
+def build_reward_model_dir(target: Path, spec: TinyModelSpec = TinyModelSpec(seed=1)) -> Path:
+    """Save tokenizer, config and random bf16 weights of a tiny Qwen2ForSequenceClassification (1 label)."""
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(spec.vocab_size, seed=0)  # the policy's tokenizer: same text, same tokens
+    tokenizer.save_pretrained(target)
+    config = _config(spec, tokenizer, num_labels=1)
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForSequenceClassification(config).to(torch.bfloat16)
+    model.save_pretrained(target)
     return target
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -13,12 +14,15 @@ from omegaconf import OmegaConf
 
 from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
+from grpo_trainer.task_runner import EarlyTaskRunner, preload_plan
 
 log = logging.getLogger("grpo_trainer")
 
 # Ray gives the head node this resource; asking for a sliver of it keeps the TaskRunner (and with it
 # the Tracking backend that serves /metrics) on the head pod, where the operator's PodMonitor looks.
 HEAD_NODE_RESOURCE = "node:__internal_head__"
+# start-up lines a user can grep for (and the GPU bench's start-up breakdown reads)
+PHASE_PREFIX = "grpo-train: "
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -83,27 +87,18 @@ def prepare_data(built: BuiltConfig) -> None:
     )
 
 
-@dataclass(frozen=True)
-class PinnedTaskRunner:
-    """verl's TaskRunner actor class with default options; run_ppo only calls .remote() / .options()."""
-
-    actor_class: Any
-    default_options: dict[str, Any]
-
-    def options(self, **options: Any) -> Any:
-        return self.actor_class.options(**{**self.default_options, **options})
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self.actor_class.options(**self.default_options).remote(*args, **kwargs)
-
-
-def task_runner_class(config: Any) -> PinnedTaskRunner:
-    if config.trainer.use_v1:
-        from verl.trainer.main_ppo import TaskRunnerV1 as runner
-    else:
-        from verl.trainer.main_ppo_v0 import TaskRunner as runner
+def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None) -> EarlyTaskRunner:
+    """verl's TaskRunner for this config, created as soon as Ray is up; `before_run` (the data
+    preparation) then runs in the driver while the actor starts (grpo_trainer.task_runner)."""
     # num_cpus=1 is Ray's scheduling default for actors, made explicit: the head group must offer it
-    return PinnedTaskRunner(runner, {"num_cpus": 1, "resources": {HEAD_NODE_RESOURCE: 0.001}})
+    options = {"num_cpus": 1, "resources": {HEAD_NODE_RESOURCE: 0.001}}
+    if config.trainer.use_v1:
+        from grpo_trainer.task_runner_actor import GrpoTaskRunnerActor
+
+        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (preload_plan(config),), before_run)
+    from verl.trainer.main_ppo_v0 import TaskRunner
+
+    return EarlyTaskRunner(TaskRunner, options, (), before_run)
 
 
 def validate_with_verl(config: Any) -> None:
@@ -124,22 +119,36 @@ def validate_with_verl(config: Any) -> None:
 
 def run(built: BuiltConfig) -> None:
     """verl's main_ppo on our config (validate_with_verl has run). Our extensions are installed here in
-    the driver and, through the runtime_env's worker_process_setup_hook, in every Ray worker."""
+    the driver and, through the runtime_env's worker_process_setup_hook, in every Ray worker. The data
+    is prepared once Ray is up and the TaskRunner is starting, not before (grpo_trainer.task_runner)."""
     from verl.trainer.main_ppo import run_ppo
 
     from grpo_trainer.worker_setup import setup_worker
 
-    prepare_data(built)
+    def before_run() -> None:
+        started = time.monotonic()
+        prepare_data(built)
+        log.info("%sdata prepared in %.1f s, while the task runner starts", PHASE_PREFIX, time.monotonic() - started)
+
     setup_worker()  # the driver creates no pools itself, but keeps the same code patched here too
-    run_ppo(built.verl, task_runner_class=task_runner_class(built.verl))
+    run_ppo(built.verl, task_runner_class=task_runner_class(built.verl, before_run))
+
+
+def show_our_info_logs() -> None:
+    """Our INFO lines (start-up times, pinned pools) even where importing verl has set the root logger to
+    WARNING first (verl's __init__ calls logging.basicConfig), which makes basicConfig here a no-op."""
+    logging.getLogger("grpo_trainer").setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    show_our_info_logs()
     args = parse_args(argv)
     try:
+        started = time.monotonic()
         built = build_config(args.config_path, args.overrides, strict=not args.dry_run)
         validate_with_verl(built.verl)
+        log.info("%sconfig built and validated in %.1f s", PHASE_PREFIX, time.monotonic() - started)
         if args.dry_run:
             sys.stdout.write(render_dry_run(built))
             return 0

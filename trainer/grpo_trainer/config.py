@@ -371,6 +371,8 @@ def worker_env(settings: GrpoSettings, environ: Mapping[str, str]) -> dict[str, 
         "GRPO_METRICS_PORT": environ.get("GRPO_METRICS_PORT", str(settings.metrics.port)),
         "GRPO_METRICS_ADDRESS": settings.metrics.address,
     }
+    if settings.metrics.steps_file:
+        env["GRPO_METRICS_STEPS_FILE"] = settings.metrics.steps_file
     name = job.name if job else environ.get("GRPO_JOB_NAME")
     namespace = job.namespace if job else environ.get("GRPO_JOB_NAMESPACE")
     if name and namespace:

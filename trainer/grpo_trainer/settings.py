@@ -44,6 +44,9 @@ class MetricsSettings(_Strict):
     port: int = Field(default=9400, ge=1, le=65535)
     # 0.0.0.0 in the pod so Prometheus can scrape the head; tests bind 127.0.0.1.
     address: str = "0.0.0.0"
+    # every step's whole verl metrics dict, one JSON line per step (grpo_trainer.progress.step_file);
+    # unset: not written. Written whether or not the Prometheus endpoint is enabled.
+    steps_file: str | None = Field(default=None, alias="stepsFile")
 
 
 class ResumeFromSettings(_Strict):

@@ -29,6 +29,9 @@ def setup_worker() -> None:
     from grpo_trainer import placement
     from grpo_trainer.progress import tracking
 
+    # our INFO lines ("pool global_pool: bundles pinned to ...") in the worker's log, whatever level
+    # verl gives the root logger when the worker imports it
+    logging.getLogger("grpo_trainer").setLevel(logging.INFO)
     role_resources = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}")
     if role_resources:
         # Placement errors propagate (the import of verl's pools fails): a worker that cannot pin

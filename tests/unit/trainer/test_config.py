@@ -183,3 +183,17 @@ def test_disaggregated_placement_needs_verls_separate_async_mode(reference_yaml:
 def test_parse_dry_run_refuses_output_that_is_not_a_dry_run() -> None:
     with pytest.raises(ValueError, match="merged verl config header"):
         parse_dry_run("# resolved GRPO values\nmax_model_len: 1\n")
+
+
+def test_grpo_trains_own_info_lines_show_although_verl_sets_the_root_logger_to_warning(reference_yaml: Path) -> None:
+    """In a fresh interpreter, as on the cluster: importing verl configures logging before main() runs."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_trainer.cli", "--config_path", str(reference_yaml), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "grpo-train: config built and validated in" in out.stderr

@@ -1,12 +1,14 @@
 """grpo-train's real (non-dry) path up to verl's TaskRunner: data prep, verl's validate_config, verl's
 run_ppo starting Ray with our runtime_env, and our extensions active inside the TaskRunner actor.
-The TaskRunner is a probe instead of verl's (which would need GPUs and vLLM)."""
+The TaskRunner is a probe instead of verl's (which would need GPUs and vLLM). The data is prepared
+while the TaskRunner actor starts: its constructor runs before the preparation ends."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,10 @@ import pytest
 from grpo_trainer import cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _probe_init(self: Any, marker: str) -> None:
+    Path(marker).write_text("constructed")
 
 
 def _probe_run(self: Any, config: Any) -> None:
@@ -60,15 +66,28 @@ def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
     )
     (tmp_path / "ckpt").mkdir()
 
-    probe = type("ProbeTaskRunner", (), {"run": _probe_run})
+    probe = type("ProbeTaskRunner", (), {"__init__": _probe_init, "run": _probe_run})
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    marker = tmp_path / "constructed"
     monkeypatch.setattr(
         cli,
         "task_runner_class",
-        lambda _config: cli.PinnedTaskRunner(
-            ray.remote(num_cpus=0)(probe), {"resources": {cli.HEAD_NODE_RESOURCE: 0.001}}
+        lambda _config, before_run: cli.EarlyTaskRunner(
+            ray.remote(num_cpus=0)(probe), {"resources": {cli.HEAD_NODE_RESOURCE: 0.001}}, (str(marker),), before_run
         ),
     )
+    seen_during_prep: list[bool] = []
+    real_prepare = cli.prepare_data
+
+    def prepare_while_the_runner_starts(built: Any) -> None:
+        # the actor was created before the data prep began: its constructor runs while we wait here
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seen_during_prep.append(marker.exists())
+        real_prepare(built)
+
+    monkeypatch.setattr(cli, "prepare_data", prepare_while_the_runner_starts)
     try:
         code = cli.main(
             [
@@ -82,6 +101,7 @@ def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
     finally:
         ray.shutdown()
     assert code == 0
+    assert seen_during_prep == [True]
     report = json.loads((tmp_path / "ckpt" / "probe.json").read_text())
     assert report["role_resources"] == {
         "actor": "grpo.dev/actor",

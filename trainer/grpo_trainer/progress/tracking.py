@@ -12,10 +12,12 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from grpo_trainer.progress.prometheus import TrainerMetrics
 from grpo_trainer.progress.status import StatusReporter
+from grpo_trainer.progress.step_file import append_step
 from grpo_trainer.progress.step_metrics import extract
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class ProgressEnv:
     metrics_address: str
     job_namespace: str | None
     job_name: str | None
+    steps_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ProgressEnv:
@@ -42,6 +45,7 @@ class ProgressEnv:
             metrics_address=e.get("GRPO_METRICS_ADDRESS", "0.0.0.0"),
             job_namespace=e.get("GRPO_JOB_NAMESPACE") or None,
             job_name=e.get("GRPO_JOB_NAME") or None,
+            steps_file=e.get("GRPO_METRICS_STEPS_FILE") or None,
         )
 
 
@@ -60,13 +64,23 @@ class GrpoTrackingBackend:
     """A verl tracking backend: `log(data, step)` and `finish()`, like verl's own adapters."""
 
     def __init__(
-        self, metrics: TrainerMetrics, reporter: StatusReporter | None, total_steps: int | None = None
+        self,
+        metrics: TrainerMetrics,
+        reporter: StatusReporter | None,
+        total_steps: int | None = None,
+        steps_file: Path | None = None,
     ) -> None:
         self.metrics = metrics
         self.reporter = reporter
         self.total_steps = total_steps
+        self.steps_file = steps_file
 
     def log(self, data: Mapping[str, Any], step: int) -> None:
+        if self.steps_file is not None:
+            try:
+                append_step(self.steps_file, data, step)
+            except OSError:  # a full or read-only volume must not stop training
+                log.exception("grpo tracking backend: could not append step %s to %s", step, self.steps_file)
         try:
             m = extract(data, step)
             self.metrics.observe(m, self.total_steps)
@@ -102,7 +116,7 @@ def backend_for_process(config: Mapping[str, Any] | None, env: ProgressEnv) -> G
         reporter = StatusReporter(env.job_namespace, env.job_name) if env.job_name and env.job_namespace else None
         if reporter is not None:
             _restore_baseline(metrics, reporter)
-        backend = GrpoTrackingBackend(metrics, reporter)
+        backend = GrpoTrackingBackend(metrics, reporter, steps_file=Path(env.steps_file) if env.steps_file else None)
         _process_backend["backend"] = backend
     backend.total_steps = total_steps_from(config) or backend.total_steps
     return backend
@@ -126,10 +140,15 @@ def _install_score_std() -> None:
         log.exception("critic/score/std will be missing: could not wrap verl's compute_data_metrics")
 
 
+_install_env: dict[str, ProgressEnv | None] = {"env": None}
+
+
 def install(env: ProgressEnv | None = None) -> None:
-    """Teach verl's Tracking the `grpo` backend in this process (idempotent)."""
+    """Teach verl's Tracking the `grpo` backend in this process (idempotent; the latest env wins, and
+    without one the backend reads the environment when verl creates its Tracking)."""
     from verl.utils import tracking
 
+    _install_env["env"] = env
     cls = tracking.Tracking
     if BACKEND_NAME not in cls.supported_backend:
         cls.supported_backend.append(BACKEND_NAME)
@@ -149,7 +168,7 @@ def install(env: ProgressEnv | None = None) -> None:
         _install_score_std()
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         if BACKEND_NAME in backends:
-            self.logger[BACKEND_NAME] = backend_for_process(config, env or ProgressEnv.from_env())
+            self.logger[BACKEND_NAME] = backend_for_process(config, _install_env["env"] or ProgressEnv.from_env())
 
     __init__.__grpo_wrapped__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__

@@ -1,0 +1,96 @@
+"""CPU: the device session's plan, batches and bundles (bench/gpu/session.py)."""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+import run_grpo
+import session
+
+
+def test_the_calls_in_budget_fit_the_session_and_the_slots_are_named() -> None:
+    in_budget = sum(c.expected_s for c in session.PLAN if c.in_budget)
+    assert in_budget <= session.BUDGET_S
+    slots = {c.name: c for c in session.PLAN if not c.in_budget}
+    assert set(slots) == {"a", "b"}
+    assert "bench/fit/measure.py" in slots["a"].what and "guardrail" in slots["b"].what
+    table = session.plan_table()
+    assert f"**{in_budget}**" in table and "not in this session's budget" in table
+
+
+def test_the_unmeasured_runs_share_the_gpu_and_nothing_else() -> None:
+    batch = session.unmeasured_batch(learn_steps=30, cap_s=370)
+    specs = {r.spec.name: r.spec for r in batch}
+    assert set(specs) == {"learn", "control", "placement", "smoke"}
+    assert all(s.shared_gpu and s.timeout_s == 370 and s.kind == "ours" for s in specs.values())
+    assert len({s.metrics_port for s in specs.values()}) == len(specs)
+    # learning and control differ in the learning rate alone
+    learn, control = specs["learn"], specs["control"]
+    assert (learn.lr, control.lr) == (session.LEARNING_RATE, 0.0)
+    assert {k for k in learn.__dataclass_fields__ if getattr(learn, k) != getattr(control, k)} == {
+        "name",
+        "lr",
+        "metrics_port",
+    }
+    placement = next(r for r in batch if r.spec.name == "placement")
+    assert placement.state_check and placement.spec.reward == "model"
+    assert [n.name for n in placement.nodes] == ["head", "actor", "reward"]
+    assert specs["smoke"].export
+
+
+def test_guardrail_runs_take_overrides_and_record_every_step() -> None:
+    runs = {r.spec.name: r.spec for r in session.guardrail_batch()}
+    assert set(runs) == {"guard-lr", "guard-token", "guard-temp"}
+    assert all(s.steps == 30 and s.shared_gpu for s in runs.values())
+    assert runs["guard-lr"].lr >= 1e-2 and runs["guard-token"].reward == "token"
+    assert runs["guard-temp"].temperature == 0.1
+    custom = session.parse_run("g:lr=3e-2,reward=token,temperature=0.5,steps=12", shared_gpu=True)
+    assert (custom.name, custom.lr, custom.reward, custom.temperature, custom.steps) == ("g", 3e-2, "token", 0.5, 12)
+    with pytest.raises(ValueError, match="not one of"):
+        session.parse_run("g:gamma=1")
+
+
+def test_a_pair_is_two_timed_runs_stopped_at_the_same_wall_time() -> None:
+    first, second = session.timed_pair(["stock", "ours"], 280)
+    assert (first.kind, second.kind) == ("stock", "ours")
+    assert first.wall_capped and second.wall_capped and first.timeout_s == second.timeout_s == 280
+    assert not first.shared_gpu and first.ray_address is None  # alone, with a local Ray of its own
+
+
+def test_a_stopped_timed_run_counts_by_the_steps_it_reached() -> None:
+    def result(steps: int, spec: run_grpo.RunSpec) -> run_grpo.RunResult:
+        return run_grpo.RunResult(
+            "r",
+            [],
+            -9,
+            280.0,
+            200.0,
+            True,
+            [{"step": i} for i in range(1, steps + 1)],
+            None,
+            None,
+            None,
+            spec=spec.__dict__ | {},
+        )
+
+    timed = session.timed_pair(["ours"], 280)[0]
+    assert result(run_grpo.MIN_TIMED_STEPS, timed).ok
+    assert not result(run_grpo.MIN_TIMED_STEPS - 1, timed).ok
+    assert not result(60, run_grpo.RunSpec("x", steps=60)).ok  # an ordinary run killed at its limit failed
+
+
+def test_a_bundle_is_two_files_the_device_can_give_back(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    (results / "deep" / "er").mkdir(parents=True)
+    (results / "learn.json").write_text("{}")
+    (results / "deep" / "er" / "x.log.gz").write_bytes(b"x")
+    files = session.bundle(results, tmp_path / "out", "unmeasured", {"rc": 0})
+    assert len(files) <= 8
+    for f in files:
+        assert len(f.relative_to(tmp_path / "out").parts) <= 3  # $OUT/a/b/file at most
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", f.name)
+    with tarfile.open(files[0]) as t:
+        assert sorted(t.getnames()) == ["deep/er/x.log.gz", "learn.json"]

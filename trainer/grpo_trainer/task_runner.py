@@ -1,0 +1,126 @@
+"""verl's TaskRunner actor, started before grpo-train prepares the data.
+
+verl 0.9.1's `run_ppo(config, task_runner_class)` starts Ray, creates the TaskRunner actor and calls
+its `run(config)`. The actor's process first imports verl (torch, transformers), and `run` then
+imports the trainer, starts TransferQueue (a controller and its storage units: processes that each
+import torch) and, after the workers, imports the rollout engine (vLLM) before it can start the
+rollout servers. On the H200 machine each of those imports takes seconds to tens of seconds
+(bench/gpu/RESULTS.md), one after the other.
+
+grpo-train used to convert the data before calling run_ppo. Now `run_ppo` gets an `EarlyTaskRunner`:
+its `.remote()` creates the actor right after Ray starts and only then prepares the data in the
+driver, while the actor's process starts. The actor's constructor (`GrpoTaskRunner`) does the
+preparation verl's `run` would do first, so the two overlap:
+
+- imports the trainer class for `trainer.v1.trainer_mode`, its agent loop and TransferQueue;
+- imports the rollout replica class of `actor_rollout_ref.rollout.name` (vLLM's server module);
+- starts TransferQueue with the job's `transfer_queue` settings, exactly as `run` would. `run` then
+  calls `transfer_queue.init` again, which finds the controller and only connects to it.
+
+`run` itself is verl's, unchanged. A failure in the constructor (a broken import, TransferQueue not
+starting) is the error `run` would have raised, reported before the data is read a second time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREPARED_LINE = "grpo-train: task runner prepared: "
+
+
+@dataclass(frozen=True)
+class Preload:
+    """What the TaskRunner prepares in its constructor (pure data: built from the config)."""
+
+    modules: tuple[str, ...]
+    trainer_mode: str | None  # verl.trainer.ppo.v1.get_trainer_cls(mode); None for the v0 trainer
+    rollout_engine: str | None  # verl.workers.rollout.replica.get_rollout_replica_class(name)
+    transfer_queue: dict[str, Any] | None  # transfer_queue.init(...) settings; None: not started early
+
+
+def preload_plan(config: Any) -> Preload:
+    """Pure: the constructor's work for this verl config (an OmegaConf DictConfig or a plain mapping)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(config) if not OmegaConf.is_config(config) else config
+    engine = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name")
+    if not OmegaConf.select(cfg, "trainer.use_v1", default=True):
+        # the legacy trainer starts no TransferQueue and has its own imports: nothing to prepare
+        return Preload(modules=(), trainer_mode=None, rollout_engine=None, transfer_queue=None)
+    tq = OmegaConf.select(cfg, "transfer_queue")
+    tq_settings = OmegaConf.to_container(tq, resolve=True) if tq is not None else {}
+    assert isinstance(tq_settings, dict)
+    # verl's TaskRunnerV1.run sets enable before it starts TransferQueue; the same settings here
+    tq_settings["enable"] = True
+    return Preload(
+        modules=("transfer_queue", "verl.trainer.ppo.v1"),
+        trainer_mode=OmegaConf.select(cfg, "trainer.v1.trainer_mode"),
+        rollout_engine=str(engine) if engine else None,
+        transfer_queue=tq_settings,
+    )
+
+
+def run_preload(plan: Preload) -> dict[str, float]:
+    """Do the plan in this process; returns seconds per part (logged, and read by the GPU bench)."""
+    from omegaconf import OmegaConf
+
+    took: dict[str, float] = {}
+    start = time.monotonic()
+    for name in plan.modules:
+        importlib.import_module(name)
+    if plan.trainer_mode is not None:
+        from verl.trainer.ppo.v1 import get_trainer_cls
+
+        get_trainer_cls(plan.trainer_mode)
+    took["imports"] = time.monotonic() - start
+    if plan.rollout_engine is not None:
+        start = time.monotonic()
+        from verl.workers.rollout.replica import get_rollout_replica_class
+
+        get_rollout_replica_class(plan.rollout_engine)
+        took["rollout engine import"] = time.monotonic() - start
+    if plan.transfer_queue is not None:
+        start = time.monotonic()
+        import transfer_queue as tq
+
+        tq.init(OmegaConf.create(plan.transfer_queue))
+        took["transfer queue"] = time.monotonic() - start
+    return took
+
+
+@dataclass(frozen=True)
+class EarlyTaskRunner:
+    """verl's `task_runner_class` argument: run_ppo only calls `.remote()` or `.options(...).remote()`.
+
+    The actor is created with `default_options` (and the options run_ppo adds), given `init_args`;
+    then `before_run` runs in the driver while the actor starts, and the handle goes back to run_ppo.
+    """
+
+    actor_class: Any
+    default_options: dict[str, Any]
+    init_args: tuple[Any, ...] = ()
+    before_run: Callable[[], None] = field(default=lambda: None)
+
+    def options(self, **options: Any) -> _Bound:
+        return _Bound(self, {**self.default_options, **options})
+
+    def remote(self) -> Any:
+        return _Bound(self, dict(self.default_options)).remote()
+
+
+@dataclass(frozen=True)
+class _Bound:
+    runner: EarlyTaskRunner
+    options: dict[str, Any]
+
+    def remote(self) -> Any:
+        handle = self.runner.actor_class.options(**self.options).remote(*self.runner.init_args)
+        self.runner.before_run()
+        return handle
