@@ -653,6 +653,38 @@ class EnvVar(ApiModel):
 
 _SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata")
 
+# The quantities verl 0.9.1 divides one step's sequences by (verl/utils/config.py validate_config,
+# verl/workers/engine_workers.py train_mini_batch, verl/workers/engine/utils.py prepare_micro_batches).
+# The actor's FSDP world is every actor GPU: one data-parallel rank per GPU.
+ACTOR_GPUS_CEL = (
+    f"({_has_role('actor', 'self.placement')} ? "
+    "self.placement.roles.actor.gpus * self.placement.roles.actor.replicas : self.placement.gpusPerNode)"
+)
+MINI_BATCH_CEL = "(has(self.algorithm.miniBatchSize) ? self.algorithm.miniBatchSize : self.data.trainBatchSize)"
+_STEP_SEQUENCES_CEL = "self.data.trainBatchSize * self.algorithm.groupSize"
+_UPDATE_SEQUENCES_CEL = f"{MINI_BATCH_CEL} * self.algorithm.groupSize"
+
+SPEC_RULE_MESSAGES = {
+    "step": "data.trainBatchSize x algorithm.groupSize (the sequences of one step) must be a multiple of the "
+    "actor's GPUs (placement.roles.actor.gpus x replicas, default placement.gpusPerNode): verl 0.9.1 refuses "
+    "a real_train_batch_size it cannot split evenly over them; change data.trainBatchSize, "
+    "algorithm.groupSize or the actor's GPUs",
+    "update": "algorithm.miniBatchSize (default data.trainBatchSize) x algorithm.groupSize (the sequences of "
+    "one policy update) must be a multiple of the actor's GPUs (placement.roles.actor.gpus x replicas, "
+    "default placement.gpusPerNode): verl 0.9.1 splits every update evenly over them; change "
+    "algorithm.miniBatchSize, algorithm.groupSize or the actor's GPUs",
+    "micro": "algorithm.microBatchSizePerGPU must divide the sequences each actor GPU gets per update, "
+    "algorithm.miniBatchSize (default data.trainBatchSize) x algorithm.groupSize / the actor's GPUs: "
+    "verl 0.9.1 refuses micro batches that do not split it evenly; lower algorithm.microBatchSizePerGPU "
+    "to a divisor of it",
+    "temperature": "rollout.temperature=0 samples greedily: with algorithm.groupSize > 1 every response of a "
+    "group is the same, so each group's rewards are equal, GRPO's advantage is zero and nothing trains; "
+    "set rollout.temperature above 0 (0.7 to 1.0 is usual)",
+    "gpu_memory": "rollout.gpuMemoryUtilization must be below 1.0: vLLM starts only when that fraction of the "
+    "whole GPU is free, and the CUDA context (in colocated mode also the actor's weights and optimizer "
+    "state) always holds some of it; use 0.5 to 0.7 in colocated mode, at most 0.9 in disaggregated mode",
+}
+
 
 def _frozen_spec_optional(field: str) -> dict[str, str]:
     return cel(
@@ -703,6 +735,16 @@ class GRPOJobSpec(ApiModel):
                 "data.trainBatchSize / algorithm.miniBatchSize updates, so data.trainBatchSize must be a "
                 "multiple of algorithm.miniBatchSize; change either or remove algorithm.miniBatchSize",
             ),
+            cel(f"({_STEP_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} == 0", SPEC_RULE_MESSAGES["step"]),
+            cel(f"({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} == 0", SPEC_RULE_MESSAGES["update"]),
+            cel(
+                # Judged only once the update splits evenly over the GPUs: one message at a time.
+                f"({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} != 0 || "
+                f"(({_UPDATE_SEQUENCES_CEL}) / {ACTOR_GPUS_CEL}) % self.algorithm.microBatchSizePerGPU == 0",
+                SPEC_RULE_MESSAGES["micro"],
+            ),
+            cel("self.algorithm.groupSize < 2 || self.rollout.temperature > 0.0", SPEC_RULE_MESSAGES["temperature"]),
+            cel("self.rollout.gpuMemoryUtilization < 1.0", SPEC_RULE_MESSAGES["gpu_memory"]),
             cel(
                 "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= self.data.trainBatchSize",
                 "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "

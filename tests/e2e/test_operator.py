@@ -111,6 +111,21 @@ INVALID = [
     ("claim and size together", "colocated-length",
      {"checkpoints": {"volume": {"claimName": "ckpt", "size": "1Ti"}}}, "claimName"),
     ("absolute model path", "colocated-length", {"model": {"claimName": "models", "path": "/etc/passwd"}}, "path"),
+    # The cases that used to pass `kubectl apply` and fail on 8 GPUs inside the trainer.
+    ("temperature zero", "colocated-length", {"rollout": {"temperature": 0}}, "rollout.temperature=0 samples greedily"),
+    ("step not divisible by the actor GPUs", "colocated-length",
+     {"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 9},
+      "algorithm": {"groupSize": 3}}, "data.trainBatchSize x algorithm.groupSize (the sequences of one step)"),
+    ("update not divisible by the actor GPUs", "colocated-length",
+     {"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 10},
+      "algorithm": {"miniBatchSize": 5, "microBatchSizePerGPU": 1},
+      "placement": {"mode": "colocated", "roles": {"actor": {"gpus": 8, "replicas": 2}}}},
+     "algorithm.miniBatchSize (default data.trainBatchSize) x algorithm.groupSize"),
+    ("micro batch not dividing a GPU's share", "colocated-length",
+     {"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 32},
+      "algorithm": {"microBatchSizePerGPU": 3}}, "algorithm.microBatchSizePerGPU must divide"),
+    ("gpu memory utilization 1.0 colocated", "colocated-length", {"rollout": {"gpuMemoryUtilization": 1.0}},
+     "rollout.gpuMemoryUtilization must be below 1.0"),
 ]
 
 

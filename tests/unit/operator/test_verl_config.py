@@ -111,13 +111,13 @@ def test_epochs_map_to_total_epochs(colocated_body: dict[str, Any]) -> None:
 
 
 def test_user_verl_overrides_win_and_come_last(colocated_body: dict[str, Any]) -> None:
-    overrides = {"actor_rollout_ref.rollout.temperature": 1.0, "trainer": {"logger": ["console", "wandb"]}}
+    overrides = {"actor_rollout_ref.rollout.top_p": 0.95, "trainer": {"logger": ["console", "wandb"]}}
     spec = spec_with(colocated_body, lambda s: s.update(verl=overrides))
     cfg = verl_config(spec, plan_of(spec))
     keys = list(cfg)
-    assert cfg["actor_rollout_ref.rollout.temperature"] == 1.0
+    assert cfg["actor_rollout_ref.rollout.top_p"] == 0.95
     assert cfg["trainer.logger"] == ["console", "wandb"]
-    assert keys[-3:] == ["actor_rollout_ref.rollout.temperature", "trainer.logger", "grpo"]
+    assert keys[-3:] == ["actor_rollout_ref.rollout.top_p", "trainer.logger", "grpo"]
 
 
 def test_rendered_text_is_yaml_with_a_header(colocated: tuple[GRPOJobSpec, Plan]) -> None:
