@@ -53,3 +53,5 @@ class GrpoSettings(_Strict):
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     data: DataSettings = Field(default_factory=DataSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    # The verl keys the user wrote in the GRPOJob's spec.verl: the preflight names them as such.
+    spec_verl_keys: list[str] = Field(default_factory=list, alias="specVerlKeys")

@@ -97,6 +97,8 @@ def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
             "oversize": spec.data.oversize,
         },
         "metrics": {"port": METRICS_PORT},
+        # The keys the user wrote in spec.verl: the preflight names a problem with one as spec.verl.<key>.
+        "specVerlKeys": sorted(verl_overrides(spec)),
     }
 
 

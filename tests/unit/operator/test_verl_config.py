@@ -78,7 +78,13 @@ def test_grpo_mapping_follows_the_contract(reference: tuple[GRPOJobSpec, Plan]) 
             "oversize": "drop",
         },
         "metrics": {"port": 9400},
+        "specVerlKeys": [],
     }
+
+
+def test_spec_verl_keys_are_listed_for_the_preflight(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda s: s.update(verl={"trainer": {"logger": ["console"]}, "a.b": 1}))
+    assert verl_config(spec, plan_of(spec))["grpo"]["specVerlKeys"] == ["a.b", "trainer.logger"]
 
 
 def test_colocated_pins_only_the_actor_and_uses_all_gpus(colocated: tuple[GRPOJobSpec, Plan]) -> None:
