@@ -118,6 +118,10 @@ class Names:
         return f"{self.job}-export"
 
     @property
+    def preflight_job(self) -> str:
+        return f"{self.job}-preflight"
+
+    @property
     def trainer_service_account(self) -> str:
         return f"{self.job}-trainer"
 

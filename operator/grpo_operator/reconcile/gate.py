@@ -1,0 +1,157 @@
+"""The preflight gate: the preflight Job before any GPU, its verdict into the status, the RayJob after a pass.
+
+  begin:  the children the preflight needs (ServiceAccount, verl ConfigMap, checkpoint PVC) and the
+          preflight Job of the spec as it is, status Preflight with the Job's digest;
+  sync:   the Job's verdict, once it has one, read from its pod: Invalid with the failed checks, or
+  start:  phase Pending written only onto the GRPOJob version that passed (a resourceVersion
+          precondition: an edit that lands meanwhile is refused the write and checked afresh), which
+          also freezes the spec (the CRD's frozen_once_training rules), then the RayJob.
+
+A failed preflight creates nothing else; an edit runs it again (lifecycle: Invalid or Preflight plus a
+new generation -> create), and so does deleting its Job (kubectl delete job <job>-preflight), which is
+how a user re-checks files fixed on a volume.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+
+import kopf
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan
+from grpo_operator.reconcile import preflight
+from grpo_operator.reconcile.children import Child, training_children
+from grpo_operator.reconcile.common import conditions_hold, create_children, parse, write_status
+from grpo_operator.reconcile.lifecycle import spec_digests
+from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
+from grpo_operator.render import render_checkpoint_pvc, render_configmap, render_preflight_job, render_trainer_rbac
+from grpo_operator.render.preflight_job import rendered_digest
+from grpo_operator.runtime import kube
+
+log = logging.getLogger("grpo_operator")
+GATED_PHASES = ("Preflight", "Invalid")
+
+
+class Sync(enum.Enum):
+    NOTHING = "nothing"  # not ours to judge (another phase, an edit pending, a stale Job)
+    WAITING = "waiting"
+    PASSED = "passed"
+    FAILED = "failed"
+    RERUN = "rerun"  # the Job of the current spec is gone: create it again
+
+
+def preflight_children(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> list[Child]:
+    """What the preflight pod mounts and runs as, then the preflight Job itself."""
+    keep_pvc = spec.checkpoints.delete_policy != "Delete"
+    pvc = render_checkpoint_pvc(spec, plan)
+    return [
+        *(Child(obj) for obj in render_trainer_rbac(spec, plan)),
+        Child(render_configmap(spec, plan)),
+        *([Child(pvc, owned=not keep_pvc)] if pvc is not None else []),
+        Child(render_preflight_job(spec, plan, gpu_memory)),
+    ]
+
+
+async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> list[Child]:
+    """Create (or keep, or replace a stale) preflight Job and say so in the status."""
+    meta, status = job["metadata"], job.get("status") or {}
+    children = preflight_children(spec, plan, gpu_memory)
+    created = await create_children(job, children)
+    digest = rendered_digest(children[-1].body)
+    fields = {
+        "configMapName": plan.names.configmap,
+        "checkpointClaimName": plan.checkpoint_claim,
+        "specDigests": spec_digests(job["spec"]),
+    }
+    new_job = any(c.kind == "Job" for c in created)
+    same_job = (status.get("preflight") or {}).get("digest") == digest and status.get("phase") in GATED_PHASES
+    if same_job and not new_job:
+        # An edit that changed nothing the preflight checks: its verdict stands (sync reads it again).
+        await kube.patch_grpojob_status(meta["namespace"], meta["name"],
+                                        {"observedGeneration": meta.get("generation"), **fields})
+        return created
+    running = preflight.running(plan.names.preflight_job)
+    accepted = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; the preflight checks it before any GPU")
+    await write_status(
+        meta["namespace"], meta["name"], status, meta.get("generation"), "Preflight",
+        (accepted, *preflight.conditions(running)),
+        {**fields, "preflight": preflight.preflight_status(plan.names.preflight_job, digest, None)},
+    )
+    return created
+
+
+async def sync(namespace: str, name: str) -> Sync:
+    """Act on the preflight Job of the GRPOJob's current spec, if it has a verdict."""
+    job = await kube.get_grpojob(namespace, name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return Sync.NOTHING
+    meta, status = job["metadata"], job.get("status") or {}
+    wanted = status.get("preflight") or {}
+    if (status.get("phase") not in GATED_PHASES or not wanted.get("digest")
+            or meta.get("generation") != status.get("observedGeneration")):
+        return Sync.NOTHING  # an edit not yet handled is create()'s: it renders a new Job
+    preflight_job = await kube.get("Job", namespace, wanted["jobName"])
+    if preflight_job is None:
+        return Sync.RERUN
+    if not preflight.expects(status, preflight_job, rendered_digest):
+        return Sync.NOTHING
+    result = preflight.outcome(preflight_job, None)
+    if result.state != "running":
+        message = await kube.job_termination_message(namespace, wanted["jobName"])
+        result = preflight.outcome(preflight_job, message)
+    if result.state == "running":
+        return Sync.WAITING
+    if result.state == "passed":
+        await start(job, result)
+        return Sync.PASSED
+    await _refuse(job, result)
+    return Sync.FAILED
+
+
+async def _refuse(job: dict, result: preflight.Outcome) -> None:
+    meta, status = job["metadata"], job.get("status") or {}
+    updates = preflight.conditions(result)
+    if status.get("phase") == "Invalid" and conditions_hold(status, updates):
+        return  # said already (a restart, the Job's later events)
+    wanted = status.get("preflight") or {}
+    fields = {"preflight": preflight.preflight_status(wanted["jobName"], wanted["digest"], result)}
+    await write_status(meta["namespace"], meta["name"], status, status.get("observedGeneration"), "Invalid",
+                       updates, fields)
+    kopf.warn(job, reason="PreflightFailed", message=result.message)
+
+
+async def start(job: dict, result: preflight.Outcome) -> None:
+    """Pending, written only onto the version whose preflight passed; then the RayJob."""
+    meta, status = job["metadata"], job.get("status") or {}
+    wanted = status.get("preflight") or {}
+    starting = ConditionUpdate("Ready", "False", "RayJobMissing", "preflight passed; creating the RayJob")
+    try:
+        await write_status(
+            meta["namespace"], meta["name"], status, status.get("observedGeneration"), "Pending",
+            (*preflight.conditions(result), starting),
+            {"preflight": preflight.preflight_status(wanted["jobName"], wanted["digest"], result)},
+            resource_version=meta.get("resourceVersion"),
+        )
+    except kube.ApiError as exc:
+        if exc.status == 409:
+            return  # edited meanwhile: the edit's event runs create() on the new spec
+        raise
+    kopf.event(job, type="Normal", reason="PreflightPassed", message=result.message)
+    await start_training(await kube.get_grpojob(meta["namespace"], meta["name"]) or job)
+
+
+async def start_training(job: dict) -> None:
+    """The training children (the RayJob; the rest exists already) and the status fields that name them."""
+    meta, status = job["metadata"], job.get("status") or {}
+    spec, plan = parse(meta["name"], meta["namespace"], job["spec"])
+    created = await create_children(job, training_children(spec, plan))
+    if created:
+        kopf.event(job, type="Normal", reason="Created",
+                   message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
+    initial = observe_rayjob(plan.names.rayjob, {}, spec.export.enabled)
+    if not status.get("rayJobName"):
+        await write_status(meta["namespace"], meta["name"], status, status.get("observedGeneration"),
+                           initial.phase, (initial.ready,), dict(initial.fields))
