@@ -67,7 +67,7 @@ def test_colocated_example_succeeds_without_a_converter(cluster: LocalCluster, t
     apply_job(cluster, team_ns, example("colocated-length"))
     seen = wait_phase(cluster, team_ns, COLOCATED, "Succeeded")
     assert "Running" in seen and "Exporting" not in seen
-    assert _children(cluster, team_ns, COLOCATED)["jobs"] == []
+    assert _children(cluster, team_ns, COLOCATED)["jobs"] == [f"{COLOCATED}-preflight"]
     groups = get(cluster, "rayjob", COLOCATED, "-n", team_ns)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert [(g["groupName"], g["resources"]) for g in groups] == [("actor", {"grpo.dev/actor": "8"})]
 
@@ -196,7 +196,7 @@ def test_deleting_a_grpojob_removes_children_but_keeps_checkpoints(cluster: Loca
     cluster.kubectl("delete", "grpojob", COLOCATED, "-n", team_ns)
     wait_for("children garbage-collected", lambda: not any(
         items(cluster, kind, "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}")
-        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "pods")))
+        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "jobs", "pods")))
     pvc = get(cluster, "pvc", f"{COLOCATED}-checkpoints", "-n", team_ns)
     assert not pvc["metadata"].get("ownerReferences")
 
@@ -212,9 +212,10 @@ def test_suspend_then_resume(cluster: LocalCluster, team_ns: str) -> None:
     wait_phase(cluster, team_ns, COLOCATED, "Succeeded", timeout=150)
 
 
-def test_spec_is_immutable_once_created(cluster: LocalCluster, team_ns: str) -> None:
+def test_spec_is_immutable_once_training_has_started(cluster: LocalCluster, team_ns: str) -> None:
     set_ray_outcome(cluster, team_ns, COLOCATED, "RUNNING", "still training", after_seconds=0)
     apply_job(cluster, team_ns, example("colocated-length"))
+    wait_phase(cluster, team_ns, COLOCATED, "Running")
     result = cluster.kubectl("patch", "grpojob", COLOCATED, "-n", team_ns, "--type=merge",
                              "-p", '{"spec":{"model":{"path":"other-model"}}}', check=False)
     assert result.returncode != 0

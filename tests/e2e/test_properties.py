@@ -22,9 +22,11 @@ from typing import Any
 import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.kwok_config import node_manifests
 from grpo_devcluster.operator_runner import OperatorProcess, claim_manifest
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import PlanError, plan
+from grpo_operator.reconcile.capacity import NodeView, capacity_shortfalls
 from grpo_operator.render import render_children
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -330,6 +332,16 @@ def test_valid_random_specs_created_then_deleted_leave_only_the_retained_checkpo
     assert grpo_operator.alive()
 
 
+DEVCLUSTER_NODES = [NodeView.of(n) for n in node_manifests()]
+
+
+def fits_the_devcluster(body: dict) -> bool:
+    """Whether the session's fake nodes can hold every role (else the operator says InsufficientCapacity)."""
+    spec = GRPOJobSpec.model_validate(body["spec"])
+    job_plan = plan(spec, name=body["metadata"]["name"], namespace="ns", default_image="grpo-trainer:test")
+    return not capacity_shortfalls(job_plan, DEVCLUSTER_NODES)
+
+
 def _valid_samples(count: int) -> list[dict]:
     found: list[dict] = []
 
@@ -338,7 +350,8 @@ def _valid_samples(count: int) -> list[dict]:
     @given(body=specs(invalid=False))
     def collect(body: dict) -> None:
         if len(found) < count and judge(body) is None and not body["spec"].get("checkpoints", {}).get(
-                "volume", {}).get("claimName") and body["spec"]["reward"].get("type") != "function":
+                "volume", {}).get("claimName") and body["spec"]["reward"].get("type") != "function" \
+                and fits_the_devcluster(body):
             found.append(copy.deepcopy(body))
 
     collect()

@@ -59,7 +59,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     if (job.get("status") or {}).get("phase"):
         metrics.record_phase(namespace, name, job["status"]["phase"])
     action = next_action(job, listing=event.get("type") is None)
-    if action is Action.CREATE and uid in _SETTLED:
+    if action is Action.CREATE and uid in _SETTLED and not (job.get("status") or {}).get("phase"):
         return  # a body from before our own status write reached us: the children exist
     if action is not Action.NONE:
         async with LOCKS.hold(key):
@@ -307,7 +307,8 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
     """The nodes each role's nodeSelector matches (one shared read per selector); None when unreadable."""
     selectors = sorted({selector_string(g.pod.node_selector) for g in job_plan.groups})
     try:
-        found = await asyncio.gather(*(_NODES.lookup(s, lambda s=s: kube.list_nodes(s)) for s in selectors))
+        reads = (_NODES.lookup(s, lambda s=s: kube.list_nodes(s), keep=_always) for s in selectors)
+        found = await asyncio.gather(*reads)
     except kube.ApiError as exc:
         if exc.status != 403:
             raise
@@ -318,5 +319,9 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
     return [NodeView.of(n) for n in unique.values()]
 
 
-_NODES: SharedLookups[list[dict]] = SharedLookups(5.0)
+def _always(_: object) -> bool:
+    return True  # a burst of jobs reads each pool once; an empty pool is judged again on the retry
+
+
+_NODES: SharedLookups[list[dict]] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
 

@@ -14,7 +14,7 @@ import pytest
 from grpo_trainer.cli import main
 from grpo_trainer.preflight import PreflightOptions, Verdict, preflight_config_file
 from omegaconf import DictConfig
-from preflight_files import QWEN2_7B_SHAPE, PodFiles, lay_out, render, write_words
+from preflight_pod import QWEN2_7B_SHAPE, PodFiles, lay_out, render, write_words
 
 GIB = 2**30
 

@@ -20,10 +20,9 @@ from grpo_trainer.preflight.fit import (
     rollout,
     vllm_budget,
 )
-from preflight_files import QWEN2_7B_SHAPE
+from preflight_pod import QWEN2_05B_SHAPE, QWEN2_7B_SHAPE
 
-QWEN2_05B = {"vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
-             "num_key_value_heads": 2, "intermediate_size": 4864, "tie_word_embeddings": True, "model_type": "qwen2"}
+QWEN2_05B = {**QWEN2_05B_SHAPE, "model_type": "qwen2"}
 LLAMA_LIKE = {"vocab_size": 1000, "hidden_size": 256, "num_hidden_layers": 3, "num_attention_heads": 8,
               "num_key_value_heads": 4, "intermediate_size": 688, "tie_word_embeddings": False,
               "model_type": "llama"}

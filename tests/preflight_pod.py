@@ -1,7 +1,9 @@
 """A preflight pod's filesystem in a temporary directory: the operator's rendered verl.yaml, with the
-claims' mount points (/models, /data, /checkpoints, /etc/grpo/reward) moved under it.
+claims' mount points (/models, /data, /checkpoints, /etc/grpo/reward) moved under it, and a tiny chat
+tokenizer built locally (nothing is downloaded).
 
-A uniquely named module (not conftest) so the preflight tests import it by name.
+Shared by the trainer's preflight tests and the e2e tests that hand the real check's verdict to a KWOK
+pod; a uniquely named module beside tests/conftest.py, so every test tier imports it by name.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import plan
 from grpo_operator.render import render_verl_config
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "colocated-length.yaml"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# The chat template renders each message as "<|im_start|> ROLE CONTENT <|im_end|>" and the generation
+# prompt as "<|im_start|> assistant"; the tokenizer splits on whitespace only. So a user prompt of n
+# words is n + 5 tokens, which the data-prep and preflight tests rely on.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|> assistant{% endif %}"
+)
 # A small decoder-only shape (no model_type: transformers 5 would then prefer that model's tokenizer).
 TINY_SHAPE = {
     "vocab_size": 16,
@@ -27,6 +36,15 @@ TINY_SHAPE = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "intermediate_size": 128,
+    "tie_word_embeddings": True,
+}
+QWEN2_05B_SHAPE = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
     "tie_word_embeddings": True,
 }
 QWEN2_7B_SHAPE = {
@@ -38,6 +56,21 @@ QWEN2_7B_SHAPE = {
     "intermediate_size": 18944,
     "tie_word_embeddings": False,
 }
+
+
+def save_tiny_chat_tokenizer(out: Path) -> Path:
+    """A real fast tokenizer (whitespace word level) with CHAT_TEMPLATE, saved in `out`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<|im_start|>", "<|im_end|>", "user", "assistant", "system", "w", "Say", "OK."]
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<|im_end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,11 +123,17 @@ def lay_out(
     return files
 
 
-def render(files: PodFiles, edit: Callable[[dict[str, Any]], object] | None = None) -> Path:
-    """The colocated example (after `edit` changed its camelCase spec) rendered as the pod reads it."""
-    spec_body = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text())["spec"])
+def render(files: PodFiles, edit: Callable[[dict[str, Any]], object] | None = None,
+           example: str = "colocated-length") -> Path:
+    """An example's spec (after `edit` changed its camelCase dict) rendered as the pod reads it."""
+    spec_body = copy.deepcopy(yaml.safe_load((EXAMPLES / f"{example}.yaml").read_text())["spec"])
     if edit is not None:
         edit(spec_body)
+    return render_spec(files, spec_body)
+
+
+def render_spec(files: PodFiles, spec_body: dict[str, Any]) -> Path:
+    """A GRPOJob spec (camelCase dict) rendered by the operator, with its mounts moved under `files.root`."""
     spec = GRPOJobSpec.model_validate(spec_body)
     text = render_verl_config(spec, plan(spec, name="qwen2-7b-length", namespace="team-a", default_image="t"))
     for mount, here in (("/etc/grpo/reward/", files.reward_dir), ("/models/", files.root / "models"),
