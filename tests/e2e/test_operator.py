@@ -206,7 +206,9 @@ def test_suspend_then_resume(cluster: LocalCluster, team_ns: str) -> None:
     body["spec"]["scheduling"] = {**body["spec"].get("scheduling", {}), "suspend": True}
     apply_job(cluster, team_ns, body)
     wait_phase(cluster, team_ns, COLOCATED, "Suspended")
-    assert items(cluster, "pods", "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}") == []
+    # No Ray pods; the finished preflight pod holds nothing (and stays for its log).
+    assert items(cluster, "pods", "-n", team_ns, "-l",
+                 f"grpo.dev/job={COLOCATED},app.kubernetes.io/component!=preflight") == []
     cluster.kubectl("patch", "grpojob", COLOCATED, "-n", team_ns, "--type=merge",
                     "-p", '{"spec":{"scheduling":{"suspend":false}}}')
     wait_phase(cluster, team_ns, COLOCATED, "Succeeded", timeout=150)
