@@ -401,6 +401,25 @@ def _check_sampling(spec: GRPOJobSpec) -> None:
         )
 
 
+def _positive(field: str, value: int | str | None, example: str) -> None:
+    """A quantity the apiserver would refuse as zero only when the child is created (a 422 on every retry)."""
+    if value is None:
+        return
+    try:
+        amount = parse_quantity(value)
+    except (InvalidOperation, ValueError):
+        amount = Decimal(0)
+    if amount <= 0:
+        raise PlanError(field, f"{value!r} is not a positive quantity; write e.g. {example}")
+
+
+def _check_quantities(spec: GRPOJobSpec) -> None:
+    _positive("checkpoints.volume.size", spec.checkpoints.volume.size, "500Gi")
+    _positive("preflight.resources.cpu", spec.preflight.resources.cpu, "2")
+    _positive("preflight.resources.memory", spec.preflight.resources.memory, "8Gi")
+    _positive("placement.gpuMemory", spec.placement.gpu_memory, "80Gi")
+
+
 def _groups(spec: GRPOJobSpec) -> tuple[WorkerGroup, ...]:
     roles = spec.placement.roles
     actor = roles.actor or RoleSpec(gpus=spec.placement.gpus_per_node)
@@ -469,6 +488,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     _check_roles(spec)
     _check_batches(spec)
     _check_sampling(spec)
+    _check_quantities(spec)
     groups = _groups(spec)
     verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render
 

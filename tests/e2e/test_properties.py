@@ -16,13 +16,14 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.kwok_config import node_manifests
+from grpo_devcluster.kwok_config import STORAGE_CLASS, node_manifests
 from grpo_devcluster.operator_runner import OperatorProcess, claim_manifest
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import PlanError, plan
@@ -227,7 +228,9 @@ ACCEPTED_BUT_INVALID: list[tuple[dict, str]] = []
 COUNTS = {"valid": 0, "invalid": 0}
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
+# More examples than the 200 valid ones wanted: the admission rules on batch sizes and sampling (issue
+# 16) refuse about a tenth of the generated specs, which then count for neither kind.
+@settings(max_examples=360, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(body=specs(invalid=False))
 def test_every_valid_spec_is_accepted_and_renders_a_rayjob_kuberay_accepts(
@@ -309,7 +312,8 @@ def claims_of(spec: Any) -> set[str]:
 
 def test_valid_random_specs_created_then_deleted_leave_only_the_retained_checkpoints(
         cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
-    bodies = _valid_samples(8)
+    bodies = _valid_samples(8, lambda body: cluster.kubectl(
+        "apply", "--dry-run=server", "-n", team_ns, "-f", "-", input=yaml.safe_dump(body), check=False).returncode == 0)
     for index, body in enumerate(bodies):
         body["metadata"]["name"] = f"rand-{index}"
         body["spec"].setdefault("scheduling", {})["suspend"] = True  # children, but no pods to wait for
@@ -336,13 +340,19 @@ DEVCLUSTER_NODES = [NodeView.of(n) for n in node_manifests()]
 
 
 def fits_the_devcluster(body: dict) -> bool:
-    """Whether the session's fake nodes can hold every role (else the operator says InsufficientCapacity)."""
+    """Whether the session's fake nodes can hold every role (else the operator says InsufficientCapacity),
+    and the preflight pod can start here, suspended job or not: its new checkpoint claim binds (the
+    devcluster's StorageClass) and it names no PriorityClass (the devcluster has none)."""
     spec = GRPOJobSpec.model_validate(body["spec"])
     job_plan = plan(spec, name=body["metadata"]["name"], namespace="ns", default_image="grpo-trainer:test")
-    return not capacity_shortfalls(job_plan, DEVCLUSTER_NODES)
+    binds = spec.checkpoints.volume.storage_class_name in (None, STORAGE_CLASS)
+    pod_starts = binds and spec.scheduling.priority_class_name is None
+    return pod_starts and not capacity_shortfalls(job_plan, DEVCLUSTER_NODES)
 
 
-def _valid_samples(count: int) -> list[dict]:
+def _valid_samples(count: int, accepted: Callable[[dict], bool]) -> list[dict]:
+    """`count` specs the model, the planner, the devcluster's nodes and the apiserver (`accepted`: its CEL
+    rules, which pydantic does not evaluate) all accept."""
     found: list[dict] = []
 
     @settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -351,7 +361,7 @@ def _valid_samples(count: int) -> list[dict]:
     def collect(body: dict) -> None:
         if len(found) < count and judge(body) is None and not body["spec"].get("checkpoints", {}).get(
                 "volume", {}).get("claimName") and body["spec"]["reward"].get("type") != "function" \
-                and fits_the_devcluster(body):
+                and fits_the_devcluster(body) and accepted(body):
             found.append(copy.deepcopy(body))
 
     collect()

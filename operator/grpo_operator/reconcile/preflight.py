@@ -67,7 +67,9 @@ def outcome(job: Mapping[str, Any], result: Mapping[str, Any] | None) -> Outcome
     if "Failed" in done:
         condition = done["Failed"]
         if condition.get("reason") == "DeadlineExceeded":
-            why = "did not finish within spec.preflight.timeoutSeconds; raise it, or look at the pod's log"
+            why = (f"it did not finish within spec.preflight.timeoutSeconds: its pod may never have started (a "
+                   f"claim that does not bind, a missing PriorityClass, no node for placement.head; kubectl "
+                   f"describe job {name}) or the checks took longer (raise the timeout)")
         else:
             why = ((result or {}).get("message") or condition.get("message") or condition.get("reason")
                    or "its pod failed")

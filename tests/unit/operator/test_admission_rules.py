@@ -112,3 +112,14 @@ def test_spec_verl_cannot_set_what_a_judged_field_sets(colocated_body: dict, key
     err = _refusal(colocated_body, lambda s: s.update(verl={key: 1}))
     assert err.field == f"verl.{key}"
     assert f"set spec.{field} instead" in err.message
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda s: s.update(checkpoints={"volume": {"size": "0"}}), "checkpoints.volume.size"),
+    (lambda s: s.update(preflight={"resources": {"memory": "0Gi"}}), "preflight.resources.memory"),
+    (lambda s: s["placement"].update(gpuMemory=0), "placement.gpuMemory"),
+])
+def test_zero_quantities_are_refused_before_a_child_is_refused_by_the_apiserver(
+        colocated_body: dict, edit: Any, field: str) -> None:
+    err = _refusal(colocated_body, edit)
+    assert err.field == field and "is not a positive quantity" in err.message
