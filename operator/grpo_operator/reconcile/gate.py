@@ -15,7 +15,6 @@ how a user re-checks files fixed on a volume.
 from __future__ import annotations
 
 import enum
-import logging
 from collections.abc import Mapping
 
 import kopf
@@ -30,9 +29,6 @@ from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
 from grpo_operator.render import render_checkpoint_pvc, render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube
-
-log = logging.getLogger("grpo_operator")
-GATED_PHASES = ("Preflight", "Invalid")
 
 
 class Sync(enum.Enum):
@@ -66,9 +62,7 @@ async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[st
         "checkpointClaimName": plan.checkpoint_claim,
         "specDigests": spec_digests(job["spec"]),
     }
-    new_job = any(c.kind == "Job" for c in created)
-    same_job = (status.get("preflight") or {}).get("digest") == digest and status.get("phase") in GATED_PHASES
-    if same_job and not new_job:
+    if preflight.verdict_stands(status, digest, job_recreated=any(c.kind == "Job" for c in created)):
         # An edit that changed nothing the preflight checks: its verdict stands (sync reads it again).
         await kube.patch_grpojob_status(meta["namespace"], meta["name"],
                                         {"observedGeneration": meta.get("generation"), **fields})
@@ -86,13 +80,10 @@ async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[st
 async def sync(namespace: str, name: str) -> Sync:
     """Act on the preflight Job of the GRPOJob's current spec, if it has a verdict."""
     job = await kube.get_grpojob(namespace, name)
-    if job is None or job["metadata"].get("deletionTimestamp"):
+    wanted = preflight.awaited(job) if job is not None else None
+    if job is None or wanted is None:
         return Sync.NOTHING
-    meta, status = job["metadata"], job.get("status") or {}
-    wanted = status.get("preflight") or {}
-    if (status.get("phase") not in GATED_PHASES or not wanted.get("digest")
-            or meta.get("generation") != status.get("observedGeneration")):
-        return Sync.NOTHING  # an edit not yet handled is create()'s: it renders a new Job
+    status = job.get("status") or {}
     preflight_job = await kube.get("Job", namespace, wanted["jobName"])
     if preflight_job is None:
         return Sync.RERUN

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from grpo_operator.reconcile.status import ConditionUpdate
 
 State = Literal["running", "passed", "failed"]
+# Phases in which a preflight verdict can still change the job: no RayJob exists yet.
+GATED_PHASES = ("Preflight", "Invalid")
 # Failed checks shown in the condition's message; all of them are in status.preflight.failures.
 MESSAGE_FAILURES = 3
 _CHECK_KEYS = ("name", "field", "value", "message", "fix")
@@ -110,3 +112,20 @@ def expects(status: Mapping[str, Any], job: Mapping[str, Any] | None, digest_of:
     """Does this Job check the spec the GRPOJob's status expects a verdict for?"""
     wanted = (status.get("preflight") or {}).get("digest")
     return job is not None and wanted is not None and digest_of(job) == wanted
+
+
+def awaited(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """status.preflight when the job waits on that preflight's verdict: not being deleted, no RayJob yet,
+    no edit pending (an edit is rendered afresh, with a new Job, before any verdict counts)."""
+    meta, status = job.get("metadata") or {}, job.get("status") or {}
+    wanted = status.get("preflight") or {}
+    if (meta.get("deletionTimestamp") or status.get("phase") not in GATED_PHASES or not wanted.get("digest")
+            or meta.get("generation") != status.get("observedGeneration")):
+        return None
+    return wanted
+
+
+def verdict_stands(status: Mapping[str, Any], digest: str, job_recreated: bool) -> bool:
+    """An edit that changed nothing the preflight checks keeps the verdict of the Job that is there."""
+    same = (status.get("preflight") or {}).get("digest") == digest
+    return same and status.get("phase") in GATED_PHASES and not job_recreated

@@ -77,3 +77,29 @@ def test_only_the_job_of_the_expected_digest_counts() -> None:
     annotated["metadata"]["annotations"]["grpo.dev/content-digest"] = "new"
     assert preflight.expects(status, annotated, preflight_digest)
     assert not preflight.expects({}, annotated, digest_of)
+
+
+def grpojob(phase: str | None, generation: int = 2, observed: int = 2, digest: str | None = "d",
+            deleting: bool = False) -> dict:
+    meta: dict = {"generation": generation, **({"deletionTimestamp": "now"} if deleting else {})}
+    status: dict = {"phase": phase, "observedGeneration": observed}
+    if digest:
+        status["preflight"] = {"jobName": "qwen-preflight", "digest": digest}
+    return {"metadata": meta, "status": status}
+
+
+def test_a_verdict_is_awaited_only_before_training_and_with_no_edit_pending() -> None:
+    assert preflight.awaited(grpojob("Preflight")) == {"jobName": "qwen-preflight", "digest": "d"}
+    assert preflight.awaited(grpojob("Invalid")) is not None  # failed: a re-run's verdict may still come
+    assert preflight.awaited(grpojob("Pending")) is None  # passed: the RayJob is the job now
+    assert preflight.awaited(grpojob("Preflight", generation=3)) is None  # an edit renders a new Job first
+    assert preflight.awaited(grpojob("Invalid", digest=None)) is None  # refused before any preflight
+    assert preflight.awaited(grpojob("Preflight", deleting=True)) is None
+
+
+def test_an_edit_that_changes_nothing_checked_keeps_the_verdict_of_the_job_there() -> None:
+    status = grpojob("Invalid")["status"]
+    assert preflight.verdict_stands(status, "d", job_recreated=False)
+    assert not preflight.verdict_stands(status, "other", job_recreated=False)
+    assert not preflight.verdict_stands(status, "d", job_recreated=True)  # deleted to run it again
+    assert not preflight.verdict_stands(grpojob("Pending")["status"], "d", job_recreated=False)
