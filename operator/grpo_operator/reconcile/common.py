@@ -42,16 +42,18 @@ async def write_status(
     conditions: tuple[ConditionUpdate, ...],
     fields: dict[str, Any] | None = None,
     resource_version: str | None = None,
-) -> None:
-    """Phase, merged conditions and fields; with `resource_version`, only onto that version (else 409)."""
+) -> dict:
+    """Phase, merged conditions and fields; with `resource_version`, only onto that version (else 409).
+    Returns the GRPOJob as written."""
     status = {
         "phase": phase,
         "observedGeneration": generation,
         "conditions": merge_conditions(current.get("conditions") or [], conditions, generation),
         **(fields or {}),
     }
-    await kube.patch_grpojob_status(namespace, name, status, resource_version)
+    written = await kube.patch_grpojob_status(namespace, name, status, resource_version)
     metrics.record_phase(namespace, name, phase)
+    return written
 
 
 async def refuse(job: dict, reason: str, message: str) -> None:

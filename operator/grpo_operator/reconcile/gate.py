@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from typing import Any
 
 import kopf
 
@@ -29,6 +30,8 @@ from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
 from grpo_operator.render import render_checkpoint_pvc, render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube
+
+UNREAD: Any = object()
 
 
 class Sync(enum.Enum):
@@ -77,16 +80,22 @@ async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[st
     return created
 
 
-async def sync(namespace: str, name: str) -> Sync:
-    """Act on the preflight Job of the GRPOJob's current spec, if it has a verdict."""
+async def sync(namespace: str, name: str, preflight_job: Any = UNREAD, deleted_digest: str | None = None) -> Sync:
+    """Act on the preflight Job of the GRPOJob's current spec, if it has a verdict.
+
+    `preflight_job`: the Job as its watch event delivered it (None: deleted, `deleted_digest` the digest
+    it had); read when not given.
+    """
     job = await kube.get_grpojob(namespace, name)
     wanted = preflight.awaited(job) if job is not None else None
     if job is None or wanted is None:
         return Sync.NOTHING
     status = job.get("status") or {}
-    preflight_job = await kube.get("Job", namespace, wanted["jobName"])
+    if preflight_job is UNREAD:
+        preflight_job = await kube.get("Job", namespace, wanted["jobName"])
     if preflight_job is None:
-        return Sync.RERUN
+        # Gone: run it again, unless what went was a Job of an older spec that the operator replaced.
+        return Sync.RERUN if deleted_digest in (None, wanted["digest"]) else Sync.NOTHING
     if not preflight.expects(status, preflight_job, rendered_digest):
         return Sync.NOTHING
     result = preflight.outcome(preflight_job, None)
@@ -120,7 +129,7 @@ async def start(job: dict, result: preflight.Outcome) -> None:
     wanted = status.get("preflight") or {}
     starting = ConditionUpdate("Ready", "False", "RayJobMissing", "preflight passed; creating the RayJob")
     try:
-        await write_status(
+        written = await write_status(
             meta["namespace"], meta["name"], status, status.get("observedGeneration"), "Pending",
             (*preflight.conditions(result), starting),
             {"preflight": preflight.preflight_status(wanted["jobName"], wanted["digest"], result)},
@@ -131,14 +140,18 @@ async def start(job: dict, result: preflight.Outcome) -> None:
             return  # edited meanwhile: the edit's event runs create() on the new spec
         raise
     kopf.event(job, type="Normal", reason="PreflightPassed", message=result.message)
-    await start_training(await kube.get_grpojob(meta["namespace"], meta["name"]) or job)
+    await start_training(written, rayjob_only=True)
 
 
-async def start_training(job: dict) -> None:
-    """The training children (the RayJob; the rest exists already) and the status fields that name them."""
+async def start_training(job: dict, rayjob_only: bool = False) -> None:
+    """The training children and the status fields that name them. `rayjob_only`: the preflight's
+    children (ServiceAccount, ConfigMap, PVC) were created for this very spec already."""
     meta, status = job["metadata"], job.get("status") or {}
     spec, plan = parse(meta["name"], meta["namespace"], job["spec"])
-    created = await create_children(job, training_children(spec, plan))
+    children = training_children(spec, plan)
+    if rayjob_only:
+        children = [c for c in children if c.kind == "RayJob"]
+    created = await create_children(job, children)
     if created:
         kopf.event(job, type="Normal", reason="Created",
                    message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))

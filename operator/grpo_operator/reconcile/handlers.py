@@ -34,10 +34,12 @@ from grpo_operator.reconcile.common import (
 from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_fields, next_action, spec_digests
 from grpo_operator.reconcile.mirror import sync_status
 from grpo_operator.reconcile.preflight import disabled_condition
+from grpo_operator.reconcile.preflight import outcome as preflight_outcome
 from grpo_operator.reconcile.retries import KeyedLocks, Retries
 from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
+from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube, priority
 from grpo_operator.runtime.lookups import SharedLookups
 
@@ -68,11 +70,17 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
 
 @kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT,
                                                COMPONENT_LABEL: PREFLIGHT_COMPONENT})
-async def preflight_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    """The preflight Job moved (or was deleted): its verdict into the status, the RayJob after a pass."""
+async def preflight_job_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels,
+                              **_: Any) -> None:
+    """The preflight Job finished (or was deleted): its verdict into the status, the RayJob after a pass."""
+    deleted = event.get("type") == "DELETED"
+    preflight_job = None if deleted else dict(body)
+    if preflight_job is not None and preflight_outcome(preflight_job, None).state == "running":
+        return  # scheduled, started, ready: nothing to say until it ends (one GET per event saved)
     key = (namespace, labels[JOB_LABEL])
     async with LOCKS.hold(key):
-        outcome = await gate.sync(*key)
+        outcome = await gate.sync(*key, preflight_job=preflight_job,
+                                  deleted_digest=rendered_digest(body) if deleted else None)
     if outcome is gate.Sync.RERUN:  # deleted by a user to check fixed files again (or lost): a new one
         await _retry(*key)
 

@@ -268,13 +268,14 @@ async def get_grpojob(namespace: str, name: str) -> dict | None:
     return await get("GRPOJob", namespace, name)
 
 
-async def patch_grpojob_status(namespace: str, name: str, status: dict, resource_version: str | None = None) -> None:
-    """Merge `status` in; with `resource_version`, only if the GRPOJob is still that version (else 409)."""
+async def patch_grpojob_status(namespace: str, name: str, status: dict, resource_version: str | None = None) -> dict:
+    """Merge `status` in; with `resource_version`, only if the GRPOJob is still that version (else 409).
+    Returns the GRPOJob as the apiserver wrote it."""
     path = RESOURCES["GRPOJob"].path(namespace, name, "status")
     body: dict[str, Any] = {"status": status}
     if resource_version is not None:
         body["metadata"] = {"resourceVersion": resource_version}
-    await api().request("PATCH", path, body, content_type=MERGE_PATCH)
+    return await api().request("PATCH", path, body, content_type=MERGE_PATCH)
 
 
 async def delete(kind: str, namespace: str, name: str, uid: str | None = None) -> None:
