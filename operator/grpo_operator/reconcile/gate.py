@@ -139,8 +139,7 @@ async def start(job: dict, result: preflight.Outcome) -> None:
         if exc.status == 409:
             return  # edited meanwhile: the edit's event runs create() on the new spec
         raise
-    kopf.event(job, type="Normal", reason="PreflightPassed", message=result.message)
-    await start_training(written, rayjob_only=True)
+    await start_training(written, rayjob_only=True)  # its Created Event; the Preflight condition says the rest
 
 
 async def start_training(job: dict, rayjob_only: bool = False) -> None:

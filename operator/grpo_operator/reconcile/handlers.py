@@ -172,9 +172,9 @@ async def _create(job: dict) -> None:
         return
     finally:
         metrics.observe_reconcile(result, time.monotonic() - started)
-    if job_spec.preflight.enabled:
-        # The preflight Job of this spec may have its verdict already (a restart, an edit that changed
-        # nothing it checks, a Job that finished before this status write).
+    if job_spec.preflight.enabled and not any(c.kind == "Job" for c in created):
+        # The preflight Job of this spec was there already and may have its verdict (a restart, an edit
+        # that changed nothing it checks). A Job created just now reports through its own events.
         if await gate.sync(namespace, name) is gate.Sync.RERUN:
             _retry_later(namespace, name, SETTINGS.error_retry_seconds)
     elif not any(c.kind == "RayJob" for c in created):
