@@ -84,6 +84,28 @@ _COMPONENT = '.metadata.labels["app.kubernetes.io/component"]'
 SUBMITTER_COMPONENT = "submitter"
 _FAIL_MESSAGE = '{{ index $.metadata.annotations "' + FAIL_POD_ANNOTATION + '" | Quote }}'
 
+# The operator's preflight pods (app.kubernetes.io/component=preflight) run `grpo-train --preflight`,
+# which nothing runs here: a KWOK pod ends as the program would, with a verdict as its termination
+# message. By default the verdict says plainly that it is simulated and passes (the GRPOJob's Preflight
+# condition then reads "1 checks passed" and status.preflight shows the simulated check). A test puts
+# the verdict the real check produced for the job's files (tests/e2e/test_preflight.py runs
+# grpo_trainer's preflight for that) into this environment variable through the GRPOJob's spec.env,
+# which every trainer container gets; the preflight pod then fails with it, as grpo-train would.
+PREFLIGHT_COMPONENT = ("app.kubernetes.io/component", "preflight")
+PREFLIGHT_VERDICT_ENV = "DEVCLUSTER_PREFLIGHT_VERDICT"
+SIMULATED_VERDICT = (
+    '{"passed":true,"checks":[{"name":"simulated","field":"","ok":true,'
+    '"message":"KWOK simulated the preflight pod: no check ran","value":"","fix":""}]}'
+)
+# In the per-container range of the status template: that container's value of the variable.
+_VERDICT_MESSAGE = (
+    '{{ $verdict := "" }}{{ range .env }}{{ if eq .name "' + PREFLIGHT_VERDICT_ENV
+    + '" }}{{ $verdict = .value }}{{ end }}{{ end }}{{ $verdict | Quote }}'
+)
+_VERDICT_QUERY = (
+    '.spec.containers.[] | (.env // []) | .[] | select( .name == "' + PREFLIGHT_VERDICT_ENV + '" ) | .value'
+)
+
 
 def _terminated_containers(exit_code: int, reason: str, message: str | None = None) -> str:
     """containerStatuses of every container of the pod, ended with `exit_code`."""
@@ -114,6 +136,14 @@ conditions:
 
 _POD_FAILED = (_NOW + _terminated_containers(1, "Error", _FAIL_MESSAGE)
                + f"message: {_FAIL_MESSAGE}\nphase: Failed\n")
+
+_PREFLIGHT_PASSED = _NOW + """
+conditions:
+- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+""" + _terminated_containers(0, "Completed", "'" + SIMULATED_VERDICT + "'") + "phase: Succeeded\n"
+
+_PREFLIGHT_FAILED = _NOW + _terminated_containers(1, "Error", _VERDICT_MESSAGE) + "phase: Failed\n"
 
 
 STORAGE_CLASS = "devcluster-local"
@@ -198,6 +228,10 @@ def stages(pod_ready_delay_ms: int = 500) -> list[dict]:
     ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
     not_deleted = _exists(".metadata.deletionTimestamp", False)
     owned_by_job = _in(".metadata.ownerReferences.[].kind", "Job")
+    component = f'.metadata.labels["{PREFLIGHT_COMPONENT[0]}"]'
+    preflight = _in(component, PREFLIGHT_COMPONENT[1])
+    not_preflight = {"key": component, "operator": "NotIn", "values": [PREFLIGHT_COMPONENT[1]]}
+    verdict = _VERDICT_QUERY
     return [
         _stage("node-initialize", "Node", [{"key": ready, "operator": "NotIn", "values": ["True"]}],
                {"statusTemplate": _NODE_INITIALIZE}),
@@ -207,18 +241,24 @@ def stages(pod_ready_delay_ms: int = 500) -> list[dict]:
                [not_deleted, _exists(".spec.nodeName", True), _in(".status.phase", "Pending")],
                {"statusTemplate": _POD_RUNNING}, delay_ms=pod_ready_delay_ms),
         _stage("pod-fail", "Pod",
-               [not_deleted, _in(".status.phase", "Running"), owned_by_job,
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job, not_preflight,
                 _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True),
                 {"key": _COMPONENT, "operator": "NotIn", "values": [SUBMITTER_COMPONENT]}],
                {"statusTemplate": _POD_FAILED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-complete", "Pod",
-               [not_deleted, _in(".status.phase", "Running"), owned_by_job,
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job, not_preflight,
                 _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', False)],
                {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-complete-submitter", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job,
                 _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True), _in(_COMPONENT, SUBMITTER_COMPONENT)],
                {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
+        _stage("preflight-fail", "Pod",
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, True)],
+               {"statusTemplate": _PREFLIGHT_FAILED}, delay_ms=pod_ready_delay_ms),
+        _stage("preflight-pass", "Pod",
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, False)],
+               {"statusTemplate": _PREFLIGHT_PASSED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-delete", "Pod", [_exists(".metadata.deletionTimestamp", True)], {"delete": True}),
         _pvc_provision_stage(),
     ]

@@ -51,11 +51,8 @@ def validations(*rules: dict[str, str]) -> dict[str, Any]:
 
 
 def immutable(field: str) -> dict[str, Any]:
-    """A transition rule that freezes a subtree once the GRPOJob exists.
-
-    A running RayJob cannot follow a changed spec (the handlers create children once), so a
-    changed field would silently diverge from what runs; refusing it at apply time is honest.
-    """
+    """A transition rule that freezes a subtree once the GRPOJob exists (checkpoints: the operator may
+    have created the job's PVC already, and never deletes it on its own)."""
     return validations(
         cel(
             "self == oldSelf",
@@ -63,6 +60,40 @@ def immutable(field: str) -> dict[str, Any]:
             "(its checkpoints stay on the checkpoint PVC unless checkpoints.deletePolicy is Delete)",
         )
     )
+
+
+# Phases in which nothing has trained yet: no RayJob exists, and the operator renders the job's children
+# again from an edited spec (and runs the preflight again). From Pending on, the RayJob runs what the
+# spec said then, so the fields it was made from are frozen (frozen_once_training).
+EDITABLE_PHASES = ("Invalid", "Preflight")
+_EDITABLE = (
+    "(has(oldSelf.status) && has(oldSelf.status.phase) && oldSelf.status.phase in "
+    f"[{', '.join(repr(p) for p in EDITABLE_PHASES)}])"
+)
+_FROZEN_MESSAGE = (
+    "spec.{field} is immutable once training has started (phase Pending or later: the RayJob runs what it "
+    "said then); it can be edited while the job is Invalid or in Preflight; otherwise delete the GRPOJob and create "
+    "a new one (its checkpoints stay on the checkpoint PVC unless checkpoints.deletePolicy is Delete)"
+)
+
+
+def frozen_once_training(field: str, optional: bool = False) -> dict[str, str]:
+    """A root-level transition rule: spec.<field> may change only while the job is Invalid or in Preflight.
+
+    At the root because only there can a rule read the status beside the spec (a status update keeps
+    the spec, a spec update keeps the status, so oldSelf.status is the status the edit meets).
+    """
+    new, old = f"self.spec.{field}", f"oldSelf.spec.{field}"
+    unchanged = f"{new} == {old}"
+    if optional:
+        leaf = field.rsplit(".", 1)
+        parent_new = f"self.spec.{leaf[0]}" if len(leaf) == 2 else "self.spec"
+        parent_old = f"oldSelf.spec.{leaf[0]}" if len(leaf) == 2 else "oldSelf.spec"
+        unchanged = (
+            f"has({parent_new}.{leaf[-1]}) == has({parent_old}.{leaf[-1]}) && "
+            f"(!has({parent_new}.{leaf[-1]}) || {new} == {old})"
+        )
+    return cel(f"{_EDITABLE} || ({unchanged})", _FROZEN_MESSAGE.format(field=field))
 
 
 class ApiModel(BaseModel):
@@ -457,6 +488,12 @@ class PlacementSpec(ApiModel):
         "efficient default). disaggregated: separate actor and rollout worker groups.",
     )
     gpus_per_node: int = Field(default=8, ge=1, le=64, description="GPUs on each node of the pools used.")
+    gpu_memory: Quantity | None = Field(
+        default=None,
+        description="Memory of one GPU, e.g. 80Gi, for the preflight's memory-fit estimate. Defaults to the "
+        "smallest nvidia.com/gpu.memory label (MiB, set by NVIDIA's GPU feature discovery) of the nodes each "
+        "role can use; without either the fit is not checked.",
+    )
     roles: Roles = Field(default_factory=Roles, description="Worker groups by role.")
     head: HeadSpec = Field(default_factory=HeadSpec, description="The Ray head pod (no GPUs).")
 
@@ -654,27 +691,8 @@ class ExportSpec(ApiModel):
 # --------------------------------------------------------------------------- scheduling and pod settings
 
 
-def _frozen_optional(field: str) -> dict[str, str]:
-    # Object-level (not field-level) so adding or removing an optional field is caught too:
-    # a field-level transition rule only runs when both old and new values exist.
-    return cel(
-        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
-        f"spec.scheduling.{field} is immutable once the GRPOJob exists; only spec.scheduling.suspend may change",
-    )
-
-
 class SchedulingSpec(ApiModel):
-    """Queueing, priority, deadline and retries. Only suspend may change after creation."""
-
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            _frozen_optional("queueName"),
-            _frozen_optional("priorityClassName"),
-            _frozen_optional("activeDeadlineSeconds"),
-            _frozen_optional("retries"),
-            _frozen_optional("keepFailedClusterSeconds"),
-        )
-    )
+    """Queueing, priority, deadline and retries. Once training has started, only suspend may change."""
 
     queue_name: Annotated[str, Field(max_length=LABEL_VALUE_MAX)] | None = Field(
         default=None,
@@ -704,6 +722,34 @@ class SchedulingSpec(ApiModel):
         description="How long the Ray cluster (its pods, their logs and the Ray dashboard) is kept after the "
         "last attempt failed, for debugging (KubeRay's ttlSecondsAfterFinished); 0 deletes it at once. After "
         "success it is deleted at once. The driver's log stays in the submitter Job either way (status.logs).",
+    )
+
+
+class PreflightResources(ApiModel):
+    """CPU and memory of the preflight pod (requests = limits)."""
+
+    cpu: Quantity = Field(default="2", description="CPUs of the preflight pod: it tokenizes every prompt.")
+    memory: Quantity = Field(
+        default="8Gi", description="Memory of the preflight pod: verl, the tokenizer and one data file at a time."
+    )
+
+
+class PreflightSpec(ApiModel):
+    """A CPU-only Job from the trainer image that runs `grpo-train --preflight` before the RayJob exists."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Run the preflight. When false the RayJob is created as soon as the spec is accepted, and "
+        "what the preflight would have found fails the job on its GPUs instead.",
+    )
+    timeout_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="Deadline of the preflight Job (activeDeadlineSeconds); past it the preflight fails.",
+    )
+    resources: PreflightResources = Field(
+        default_factory=PreflightResources, description="CPU and memory of the preflight pod."
     )
 
 
@@ -777,13 +823,58 @@ class MonitoringSpec(ApiModel):
 
 
 _SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata")
+# Frozen once training has started (see frozen_once_training); spec.checkpoints from creation on.
+FROZEN_ONCE_TRAINING = (
+    "model",
+    "data",
+    "training",
+    "algorithm",
+    "rollout",
+    "reward",
+    "placement",
+    "export",
+    "rehearsal",
+)
+FROZEN_OPTIONALS_ONCE_TRAINING = (
+    *_SPEC_TOP_LEVEL_OPTIONALS,
+    "scheduling.queueName",
+    "scheduling.priorityClassName",
+    "scheduling.activeDeadlineSeconds",
+    "scheduling.retries",
+    "scheduling.keepFailedClusterSeconds",
+)
 
+# The quantities verl 0.9.1 divides one step's sequences by (verl/utils/config.py validate_config,
+# verl/workers/engine_workers.py train_mini_batch, verl/workers/engine/utils.py prepare_micro_batches).
+# The actor's FSDP world is every actor GPU: one data-parallel rank per GPU.
+ACTOR_GPUS_CEL = (
+    f"({_has_role('actor', 'self.placement')} ? "
+    "self.placement.roles.actor.gpus * self.placement.roles.actor.replicas : self.placement.gpusPerNode)"
+)
+MINI_BATCH_CEL = "(has(self.algorithm.miniBatchSize) ? self.algorithm.miniBatchSize : self.data.trainBatchSize)"
+_STEP_SEQUENCES_CEL = "self.data.trainBatchSize * self.algorithm.groupSize"
+_UPDATE_SEQUENCES_CEL = f"{MINI_BATCH_CEL} * self.algorithm.groupSize"
 
-def _frozen_spec_optional(field: str) -> dict[str, str]:
-    return cel(
-        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
-        f"spec.{field} is immutable once the GRPOJob exists; delete the GRPOJob and create a new one",
-    )
+SPEC_RULE_MESSAGES = {
+    "step": "data.trainBatchSize x algorithm.groupSize (the sequences of one step) must be a multiple of the "
+    "actor's GPUs (placement.roles.actor.gpus x replicas, default placement.gpusPerNode): verl 0.9.1 refuses "
+    "a real_train_batch_size it cannot split evenly over them; change data.trainBatchSize, "
+    "algorithm.groupSize or the actor's GPUs",
+    "update": "algorithm.miniBatchSize (default data.trainBatchSize) x algorithm.groupSize (the sequences of "
+    "one policy update) must be a multiple of the actor's GPUs (placement.roles.actor.gpus x replicas, "
+    "default placement.gpusPerNode): verl 0.9.1 splits every update evenly over them; change "
+    "algorithm.miniBatchSize, algorithm.groupSize or the actor's GPUs",
+    "micro": "algorithm.microBatchSizePerGPU must divide the sequences each actor GPU gets per update, "
+    "algorithm.miniBatchSize (default data.trainBatchSize) x algorithm.groupSize / the actor's GPUs: "
+    "verl 0.9.1 refuses micro batches that do not split it evenly; lower algorithm.microBatchSizePerGPU "
+    "to a divisor of it",
+    "temperature": "rollout.temperature=0 samples greedily: with algorithm.groupSize > 1 every response of a "
+    "group is the same, so each group's rewards are equal, GRPO's advantage is zero and nothing trains; "
+    "set rollout.temperature above 0 (0.7 to 1.0 is usual)",
+    "gpu_memory": "rollout.gpuMemoryUtilization must be below 1.0: vLLM starts only when that fraction of the "
+    "whole GPU is free, and the CUDA context (in colocated mode also the actor's weights and optimizer "
+    "state) always holds some of it; use 0.5 to 0.7 in colocated mode, at most 0.9 in disaggregated mode",
+}
 
 
 class GRPOJobSpec(ApiModel):
@@ -828,13 +919,22 @@ class GRPOJobSpec(ApiModel):
                 "data.trainBatchSize / algorithm.miniBatchSize updates, so data.trainBatchSize must be a "
                 "multiple of algorithm.miniBatchSize; change either or remove algorithm.miniBatchSize",
             ),
+            cel(f"({_STEP_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} == 0", SPEC_RULE_MESSAGES["step"]),
+            cel(f"({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} == 0", SPEC_RULE_MESSAGES["update"]),
+            cel(
+                # Judged only once the update splits evenly over the GPUs: one message at a time.
+                f"({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} != 0 || "
+                f"(({_UPDATE_SEQUENCES_CEL}) / {ACTOR_GPUS_CEL}) % self.algorithm.microBatchSizePerGPU == 0",
+                SPEC_RULE_MESSAGES["micro"],
+            ),
+            cel("self.algorithm.groupSize < 2 || self.rollout.temperature > 0.0", SPEC_RULE_MESSAGES["temperature"]),
+            cel("self.rollout.gpuMemoryUtilization < 1.0", SPEC_RULE_MESSAGES["gpu_memory"]),
             cel(
                 "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= self.data.trainBatchSize",
                 "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "
                 "defaults "
                 "to data.trainBatchSize)",
             ),
-            *(_frozen_spec_optional(f) for f in _SPEC_TOP_LEVEL_OPTIONALS),
         )
     )
 
@@ -856,31 +956,15 @@ class GRPOJobSpec(ApiModel):
     pod_metadata: PodMetadata | None = Field(
         default=None, description="Extra labels and annotations for every pod of the job."
     )
-    model: ModelSource = Field(
-        description="The policy model to train (verl actor_rollout_ref.model.path).",
-        json_schema_extra=immutable("model"),
-    )
-    data: DataSpec = Field(description="Training data and sequence/batch sizes.", json_schema_extra=immutable("data"))
-    training: TrainingSpec = Field(
-        description="How long to train: totalSteps or epochs.", json_schema_extra=immutable("training")
-    )
-    algorithm: AlgorithmSpec = Field(
-        default_factory=AlgorithmSpec, description="GRPO settings.", json_schema_extra=immutable("algorithm")
-    )
-    rollout: RolloutSpec = Field(
-        default_factory=RolloutSpec,
-        description="vLLM generation settings.",
-        json_schema_extra=immutable("rollout"),
-    )
-    reward: RewardSpec = Field(
-        default_factory=RewardSpec,
-        description="How responses are scored.",
-        json_schema_extra=immutable("reward"),
-    )
+    model: ModelSource = Field(description="The policy model to train (verl actor_rollout_ref.model.path).")
+    data: DataSpec = Field(description="Training data and sequence/batch sizes.")
+    training: TrainingSpec = Field(description="How long to train: totalSteps or epochs.")
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="GRPO settings.")
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="vLLM generation settings.")
+    reward: RewardSpec = Field(default_factory=RewardSpec, description="How responses are scored.")
     placement: PlacementSpec = Field(
         default_factory=PlacementSpec,
         description="Placement mode, GPUs per node and the worker group of each role.",
-        json_schema_extra=immutable("placement"),
     )
     checkpoints: CheckpointSpec = Field(
         default_factory=CheckpointSpec,
@@ -888,9 +972,7 @@ class GRPOJobSpec(ApiModel):
         json_schema_extra=immutable("checkpoints"),
     )
     export: ExportSpec = Field(
-        default_factory=ExportSpec,
-        description="Conversion of the final checkpoint to a HuggingFace model.",
-        json_schema_extra=immutable("export"),
+        default_factory=ExportSpec, description="Conversion of the final checkpoint to a HuggingFace model."
     )
     scheduling: SchedulingSpec = Field(
         default_factory=SchedulingSpec, description="Queue, priority, suspend, deadline and retries."
@@ -901,10 +983,14 @@ class GRPOJobSpec(ApiModel):
         "training (config checked by verl, every pool placed on its role's pods, GPUs per role, model, data and "
         "reward function read from the real volumes, the checkpoint volume shared by the driver and the actors), "
         "then exits with a verdict (status.rehearsal, the Rehearsal condition). Nothing is trained or exported.",
-        json_schema_extra=immutable("rehearsal"),
     )
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Thresholds of the training-health alerts (editable)."
+    )
+    preflight: PreflightSpec = Field(
+        default_factory=PreflightSpec,
+        description="The CPU-only check of the model, data, reward function, checkpoint volume and memory fit "
+        "that runs before the RayJob takes any GPU.",
     )
     verl: dict[str, Any] = Field(
         default_factory=dict,
@@ -921,7 +1007,7 @@ class GRPOJobSpec(ApiModel):
 # --------------------------------------------------------------------------- status
 
 
-Phase = Literal["Pending", "Running", "Suspended", "Exporting", "Succeeded", "Failed", "Invalid"]
+Phase = Literal["Preflight", "Pending", "Running", "Suspended", "Exporting", "Succeeded", "Failed", "Invalid"]
 
 
 class StatusModel(BaseModel):
@@ -1008,11 +1094,31 @@ class ExportStatus(StatusModel):
     size_bytes: int | None = Field(default=None, description="Total size of the exported files.")
 
 
+class PreflightCheckStatus(StatusModel):
+    """A failed check of the preflight's verdict."""
+
+    name: str = Field(description="The check, e.g. model.context_length.")
+    field: str = Field(default="", description="The spec field to change, e.g. spec.data.maxResponseLength.")
+    value: str = Field(default="", description="What the preflight found.")
+    message: str = Field(default="", description="What is wrong.")
+    fix: str = Field(default="", description="How to fix it.")
+
+
+class PreflightStatus(StatusModel):
+    """The preflight Job of the spec as it is now, and its verdict."""
+
+    job_name: str = Field(description="The preflight Job.")
+    digest: str = Field(description="Digest of what the Job checks; a Job with another digest checked an older spec.")
+    passed: bool | None = Field(default=None, description="The verdict; empty while the Job runs.")
+    failures: list[PreflightCheckStatus] = Field(default_factory=list, description="The checks that failed.")
+
+
 class GRPOJobStatus(StatusModel):
     """What the operator and the trainer observed."""
 
     phase: Phase | None = Field(
-        default=None, description="Pending, Running, Suspended, Exporting, Succeeded, Failed or Invalid."
+        default=None,
+        description="Preflight, Pending, Running, Suspended, Exporting, Succeeded, Failed or Invalid.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -1024,6 +1130,7 @@ class GRPOJobStatus(StatusModel):
     config_map_name: str | None = Field(default=None, description="The ConfigMap holding verl.yaml.")
     checkpoint_claim_name: str | None = Field(default=None, description="The PVC holding checkpoints.")
     export_job_name: str | None = Field(default=None, description="The converter Job.")
+    preflight: PreflightStatus | None = Field(default=None, description="The preflight of the current spec.")
     start_time: datetime | None = Field(default=None, description="When training started.")
     completion_time: datetime | None = Field(default=None, description="When the job succeeded or failed.")
     restarts: int = Field(default=0, description="Retries of the RayJob so far.")
@@ -1048,6 +1155,8 @@ class GRPOJob(BaseModel):
         populate_by_name=True,
         extra="ignore",
         json_schema_extra=validations(
+            *(frozen_once_training(f) for f in FROZEN_ONCE_TRAINING),
+            *(frozen_once_training(f, optional=True) for f in FROZEN_OPTIONALS_ONCE_TRAINING),
             cel(
                 f"self.metadata.name.size() <= {JOB_NAME_MAX}",
                 f"metadata.name must be at most {JOB_NAME_MAX} characters: the RayJob takes the same "

@@ -58,7 +58,7 @@ _THRESHOLD_DEFAULTS = MonitoringSpec().model_dump(by_alias=True)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 
-PHASES = ("Pending", "Running", "Suspended", "Exporting", "Succeeded", "Failed", "Invalid")
+PHASES = ("Preflight", "Pending", "Running", "Suspended", "Exporting", "Succeeded", "Failed", "Invalid")
 for _phase in PHASES:
     JOBS.labels(phase=_phase).set(0)
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from grpo_operator.api import GRPOJobSpec, RoleSpec, Toleration
+from grpo_operator.api import SPEC_RULE_MESSAGES, GRPOJobSpec, RoleSpec, Toleration
 
 Role = Literal["actor", "rollout", "reward"]
 ROLES: tuple[Role, ...] = ("actor", "rollout", "reward")
@@ -50,6 +50,20 @@ OWNED_VERL_KEYS: dict[str, str] = {
     "reward.reward_model.nnodes": "placement.roles.reward.replicas",
     "data.train_files": "data.trainFiles (the trainer converts them and sets this key)",
     "data.val_files": "data.valFiles (the trainer converts them and sets this key)",
+}
+
+# verl keys a GRPOJob field sets and the admission rules judge (batch divisibility, sampling): an
+# override in spec.verl would slip past those rules, so it is refused in favour of the field.
+TYPED_VERL_KEYS: dict[str, str] = {
+    "data.train_batch_size": "data.trainBatchSize",
+    "actor_rollout_ref.rollout.n": "algorithm.groupSize",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "algorithm.miniBatchSize",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "algorithm.microBatchSizePerGPU",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "algorithm.microBatchSizePerGPU",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "algorithm.microBatchSizePerGPU",
+    "actor_rollout_ref.rollout.temperature": "rollout.temperature",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "rollout.gpuMemoryUtilization",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "rollout.tensorParallelSize",
 }
 
 
@@ -103,6 +117,10 @@ class Names:
     @property
     def export_job(self) -> str:
         return f"{self.job}-export"
+
+    @property
+    def preflight_job(self) -> str:
+        return f"{self.job}-preflight"
 
     @property
     def trainer_service_account(self) -> str:
@@ -370,6 +388,75 @@ def _check_roles(spec: GRPOJobSpec) -> None:
         raise PlanError("reward.model", "reward.type=model needs reward.model {claimName, path}")
 
 
+def actor_gpus(spec: GRPOJobSpec) -> int:
+    """The actor's FSDP world size: every actor GPU is one data-parallel rank in verl."""
+    actor = spec.placement.roles.actor
+    return actor.gpus * actor.replicas if actor is not None else spec.placement.gpus_per_node
+
+
+def _check_batches(spec: GRPOJobSpec) -> None:
+    """How verl 0.9.1 splits a step's sequences (the CRD's rules, judged again with the numbers).
+
+    validate_config: train_batch_size x rollout.n divisible by the actor's GPUs; engine_workers
+    train_mini_batch: ppo_mini_batch_size x n divisible by the data-parallel size; engine utils
+    prepare_micro_batches: that per-GPU share divisible by ppo_micro_batch_size_per_gpu.
+    """
+    gpus = actor_gpus(spec)
+    n = spec.algorithm.group_size
+    step = spec.data.train_batch_size * n
+    if step % gpus:
+        raise PlanError(
+            "data.trainBatchSize",
+            f"{spec.data.train_batch_size} x groupSize {n} = {step} sequences do not split over {gpus} actor GPUs; "
+            + SPEC_RULE_MESSAGES["step"],
+        )
+    mini = spec.algorithm.mini_batch_size or spec.data.train_batch_size
+    update = mini * n
+    if update % gpus:
+        raise PlanError(
+            "algorithm.miniBatchSize",
+            f"{mini} x groupSize {n} = {update} sequences per update do not split over {gpus} actor GPUs; "
+            + SPEC_RULE_MESSAGES["update"],
+        )
+    micro = spec.algorithm.micro_batch_size_per_gpu
+    per_gpu = update // gpus
+    if per_gpu % micro:
+        raise PlanError(
+            "algorithm.microBatchSizePerGPU",
+            f"{micro} does not divide the {per_gpu} sequences each actor GPU gets per update; "
+            + SPEC_RULE_MESSAGES["micro"],
+        )
+
+
+def _check_sampling(spec: GRPOJobSpec) -> None:
+    if spec.algorithm.group_size > 1 and spec.rollout.temperature <= 0:
+        raise PlanError("rollout.temperature", SPEC_RULE_MESSAGES["temperature"])
+    if spec.rollout.gpu_memory_utilization >= 1:
+        raise PlanError(
+            "rollout.gpuMemoryUtilization",
+            f"{spec.rollout.gpu_memory_utilization} in {spec.placement.mode} mode; " + SPEC_RULE_MESSAGES["gpu_memory"],
+        )
+
+
+def _positive(field: str, value: int | str | None, example: str) -> None:
+    """A quantity the apiserver would refuse as zero only when the child is created (a 422 on every retry)."""
+    if value is None:
+        return
+    try:
+        amount = parse_quantity(value)
+    except (InvalidOperation, ValueError):
+        amount = Decimal(0)
+    if amount <= 0:
+        raise PlanError(field, f"{value!r} is not a positive quantity; write e.g. {example}")
+
+
+def _check_quantities(spec: GRPOJobSpec) -> None:
+    _positive("checkpoints.volume.size", spec.checkpoints.volume.size, "500Gi")
+    _positive("preflight.resources.cpu", spec.preflight.resources.cpu, "2")
+    _positive("preflight.resources.memory", spec.preflight.resources.memory, "8Gi")
+    _positive("placement.gpuMemory", spec.placement.gpu_memory, "80Gi")
+
+
 def _groups(spec: GRPOJobSpec) -> tuple[WorkerGroup, ...]:
     roles = spec.placement.roles
     actor = roles.actor or RoleSpec(gpus=spec.placement.gpus_per_node)
@@ -405,6 +492,13 @@ def verl_overrides(spec: GRPOJobSpec) -> dict[str, Any]:
             raise PlanError(
                 f"verl.{key}",
                 f"the operator sets {owner} from {OWNED_VERL_KEYS[owner]}; remove it from spec.verl",
+            )
+        if key.lstrip("+") in TYPED_VERL_KEYS:
+            field = TYPED_VERL_KEYS[key.lstrip("+")]
+            raise PlanError(
+                f"verl.{key}",
+                f"set spec.{field} instead: it is checked against the layout when the job is applied, "
+                "an override here would not be; remove the key from spec.verl",
             )
     return flat
 
@@ -507,6 +601,9 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     Raises ``PlanError`` for a spec that cannot run; nothing should be created then.
     """
     _check_roles(spec)
+    _check_batches(spec)
+    _check_sampling(spec)
+    _check_quantities(spec)
     groups = _groups(spec)
     verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render
 

@@ -190,6 +190,10 @@ def test_operator_with_the_chart_rbac_reconciles_the_examples_to_succeeded(
     (("bind", "roles.rbac.authorization.k8s.io", "-n", "team-chart"), False),
     (("delete", "grpojobs.grpo.dev", "-n", "team-chart"), False),
     (("delete", "persistentvolumeclaims", "-n", "team-chart"), False),
+    (("delete", "configmaps", "-n", "team-chart"), True),  # the verl ConfigMap, replaced before training
+    (("delete", "jobs.batch", "-n", "team-chart"), True),  # the preflight Job, likewise
+    (("get", "nodes"), False),
+    (("list", "nodes"), True),
     (("create", "pods", "-n", "team-chart"), False),
     (("patch", "clusterkopfpeerings.kopf.dev/someone-else"), False),
     (("watch", "grpojobs.grpo.dev", "--all-namespaces"), True),
@@ -217,7 +221,10 @@ def test_single_namespace_mode_reconciles_there_and_is_refused_elsewhere(
         chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
     namespace = team_namespace(chart_cluster, "team-scoped")
     scoped = install(chart_cluster, "scoped", "grpo-scoped", "watchNamespaces={team-scoped}")
-    assert get(chart_cluster, "clusterrole", "-l", "app.kubernetes.io/instance=scoped")["items"] == []
+    # Cluster-wide it may only list nodes (the capacity condition, the GPUs' memory for the preflight).
+    cluster_roles = get(chart_cluster, "clusterrole", "-l", "app.kubernetes.io/instance=scoped")["items"]
+    assert [r["rules"] for r in cluster_roles] == [[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]]
+    assert can_i(chart_cluster, scoped, "list", "nodes")
     assert not can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", "team-chart")
     assert not can_i(chart_cluster, scoped, "list", "namespaces")
     assert can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", namespace)

@@ -67,7 +67,7 @@ def test_colocated_example_succeeds_without_a_converter(cluster: LocalCluster, t
     apply_job(cluster, team_ns, example("colocated-length"))
     seen = wait_phase(cluster, team_ns, COLOCATED, "Succeeded")
     assert "Running" in seen and "Exporting" not in seen
-    assert _children(cluster, team_ns, COLOCATED)["jobs"] == []
+    assert _children(cluster, team_ns, COLOCATED)["jobs"] == [f"{COLOCATED}-preflight"]
     groups = get(cluster, "rayjob", COLOCATED, "-n", team_ns)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert [(g["groupName"], g["resources"]) for g in groups] == [("actor", {"grpo.dev/actor": "8"})]
 
@@ -111,6 +111,21 @@ INVALID = [
     ("claim and size together", "colocated-length",
      {"checkpoints": {"volume": {"claimName": "ckpt", "size": "1Ti"}}}, "claimName"),
     ("absolute model path", "colocated-length", {"model": {"claimName": "models", "path": "/etc/passwd"}}, "path"),
+    # The cases that used to pass `kubectl apply` and fail on 8 GPUs inside the trainer.
+    ("temperature zero", "colocated-length", {"rollout": {"temperature": 0}}, "rollout.temperature=0 samples greedily"),
+    ("step not divisible by the actor GPUs", "colocated-length",
+     {"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 9},
+      "algorithm": {"groupSize": 3}}, "data.trainBatchSize x algorithm.groupSize (the sequences of one step)"),
+    ("update not divisible by the actor GPUs", "colocated-length",
+     {"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 10},
+      "algorithm": {"miniBatchSize": 5, "microBatchSizePerGPU": 1},
+      "placement": {"mode": "colocated", "roles": {"actor": {"gpus": 8, "replicas": 2}}}},
+     "algorithm.miniBatchSize (default data.trainBatchSize) x algorithm.groupSize"),
+    ("micro batch not dividing a GPU's share", "colocated-length",
+     {"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 32},
+      "algorithm": {"microBatchSizePerGPU": 3}}, "algorithm.microBatchSizePerGPU must divide"),
+    ("gpu memory utilization 1.0 colocated", "colocated-length", {"rollout": {"gpuMemoryUtilization": 1.0}},
+     "rollout.gpuMemoryUtilization must be below 1.0"),
 ]
 
 
@@ -181,7 +196,7 @@ def test_deleting_a_grpojob_removes_children_but_keeps_checkpoints(cluster: Loca
     cluster.kubectl("delete", "grpojob", COLOCATED, "-n", team_ns)
     wait_for("children garbage-collected", lambda: not any(
         items(cluster, kind, "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}")
-        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "pods")))
+        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "jobs", "pods")))
     pvc = get(cluster, "pvc", f"{COLOCATED}-checkpoints", "-n", team_ns)
     assert not pvc["metadata"].get("ownerReferences")
 
@@ -191,15 +206,18 @@ def test_suspend_then_resume(cluster: LocalCluster, team_ns: str) -> None:
     body["spec"]["scheduling"] = {**body["spec"].get("scheduling", {}), "suspend": True}
     apply_job(cluster, team_ns, body)
     wait_phase(cluster, team_ns, COLOCATED, "Suspended")
-    assert items(cluster, "pods", "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}") == []
+    # No Ray pods; the finished preflight pod holds nothing (and stays for its log).
+    assert items(cluster, "pods", "-n", team_ns, "-l",
+                 f"grpo.dev/job={COLOCATED},app.kubernetes.io/component!=preflight") == []
     cluster.kubectl("patch", "grpojob", COLOCATED, "-n", team_ns, "--type=merge",
                     "-p", '{"spec":{"scheduling":{"suspend":false}}}')
     wait_phase(cluster, team_ns, COLOCATED, "Succeeded", timeout=150)
 
 
-def test_spec_is_immutable_once_created(cluster: LocalCluster, team_ns: str) -> None:
+def test_spec_is_immutable_once_training_has_started(cluster: LocalCluster, team_ns: str) -> None:
     set_ray_outcome(cluster, team_ns, COLOCATED, "RUNNING", "still training", after_seconds=0)
     apply_job(cluster, team_ns, example("colocated-length"))
+    wait_phase(cluster, team_ns, COLOCATED, "Running")
     result = cluster.kubectl("patch", "grpojob", COLOCATED, "-n", team_ns, "--type=merge",
                              "-p", '{"spec":{"model":{"path":"other-model"}}}', check=False)
     assert result.returncode != 0

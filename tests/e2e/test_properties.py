@@ -16,15 +16,18 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.kwok_config import STORAGE_CLASS, node_manifests
 from grpo_devcluster.operator_runner import EXAMPLE_CLAIMS, OperatorProcess, claim_manifest
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import PlanError, plan
+from grpo_operator.reconcile.capacity import NodeView, capacity_shortfalls
 from grpo_operator.render import render_children
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -227,7 +230,7 @@ COUNTS = {"valid": 0, "invalid": 0}
 
 # More draws than the 200 valid specs asked for below: cross-field rules (CEL and the planner) refuse a
 # share of the "allowed" leaf changes (resumeFrom needs jobName or path; several actor pods cannot share
-# a ReadWriteOnce claim).
+# a ReadWriteOnce claim; the admission rules on batch sizes and sampling refuse about a tenth).
 @settings(max_examples=360, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(body=specs(invalid=False))
@@ -310,7 +313,8 @@ def claims_of(spec: Any) -> set[str]:
 
 def test_valid_random_specs_created_then_deleted_leave_only_the_retained_checkpoints(
         cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
-    bodies = _valid_samples(8)
+    bodies = _valid_samples(8, lambda body: cluster.kubectl(
+        "apply", "--dry-run=server", "-n", team_ns, "-f", "-", input=yaml.safe_dump(body), check=False).returncode == 0)
     for index, body in enumerate(bodies):
         body["metadata"]["name"] = f"rand-{index}"
         body["spec"].setdefault("scheduling", {})["suspend"] = True  # children, but no pods to wait for
@@ -333,7 +337,23 @@ def test_valid_random_specs_created_then_deleted_leave_only_the_retained_checkpo
     assert grpo_operator.alive()
 
 
-def _valid_samples(count: int) -> list[dict]:
+DEVCLUSTER_NODES = [NodeView.of(n) for n in node_manifests()]
+
+
+def fits_the_devcluster(body: dict) -> bool:
+    """Whether the session's fake nodes can hold every role (else the operator says InsufficientCapacity),
+    and the preflight pod can start here, suspended job or not: its new checkpoint claim binds (the
+    devcluster's StorageClass) and it names no PriorityClass (the devcluster has none)."""
+    spec = GRPOJobSpec.model_validate(body["spec"])
+    job_plan = plan(spec, name=body["metadata"]["name"], namespace="ns", default_image="grpo-trainer:test")
+    binds = spec.checkpoints.volume.storage_class_name in (None, STORAGE_CLASS)
+    pod_starts = binds and spec.scheduling.priority_class_name is None
+    return pod_starts and not capacity_shortfalls(job_plan, DEVCLUSTER_NODES)
+
+
+def _valid_samples(count: int, accepted: Callable[[dict], bool]) -> list[dict]:
+    """`count` specs the model, the planner, the devcluster's nodes and the apiserver (`accepted`: its CEL
+    rules, which pydantic does not evaluate) all accept."""
     found: list[dict] = []
 
     @settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -341,7 +361,8 @@ def _valid_samples(count: int) -> list[dict]:
     @given(body=specs(invalid=False))
     def collect(body: dict) -> None:
         if len(found) < count and judge(body) is None and not body["spec"].get("checkpoints", {}).get(
-                "volume", {}).get("claimName") and body["spec"]["reward"].get("type") != "function":
+                "volume", {}).get("claimName") and body["spec"]["reward"].get("type") != "function" \
+                and fits_the_devcluster(body) and accepted(body):
             found.append(copy.deepcopy(body))
 
     collect()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -40,12 +42,84 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="print the merged verl config and the resolved GRPO values, then exit without Ray",
     )
     p.add_argument(
+        "--preflight",
+        action="store_true",
+        help="check the job before it takes a GPU (config, verl's checks, model, data, reward, checkpoints, "
+        "memory fit); print the verdict JSON, write it to --termination-log, exit 1 if a check failed",
+    )
+    p.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="in the job's Ray cluster: the preflight's checks, then every pool placed on its role's nodes, "
+        "GPUs per role and the shared checkpoint directory probed; print the verdict, patch it into the "
+        "GRPOJob's status.rehearsal, exit 1 if a check failed. Nothing is trained",
+    )
+    p.add_argument(
+        "--gpu-memory",
+        action="append",
+        default=[],
+        metavar="ROLE=BYTES",
+        help="GPU memory of a pool for --preflight's memory fit, e.g. actor=85899345920 or rollout=80Gi",
+    )
+    p.add_argument(
+        "--termination-log",
+        default=TERMINATION_LOG,
+        help="where --preflight writes its verdict (at most 4096 bytes, as Kubernetes keeps)",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="key=value",
         help="verl keys (or grpo.* settings) applied after the file, e.g. trainer.total_epochs=1",
     )
     return p.parse_args(argv)
+
+
+TERMINATION_LOG = "/dev/termination-log"
+_MEMORY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def parse_gpu_memory(items: list[str]) -> dict[str, int]:
+    """["actor=80Gi", "rollout=85899345920"] -> bytes by pool."""
+    memory: dict[str, int] = {}
+    for item in items:
+        role, sep, amount = item.partition("=")
+        if not sep or role not in ("actor", "rollout", "reward"):
+            raise GrpoConfigError(f"--gpu-memory {item!r}: expected ROLE=BYTES with ROLE actor, rollout or reward")
+        factor = next((f for suffix, f in _MEMORY_SUFFIXES.items() if amount.endswith(suffix)), 1)
+        number = amount[:-2] if factor != 1 else amount
+        try:
+            memory[role] = int(float(number) * factor)
+        except ValueError as e:
+            raise GrpoConfigError(f"--gpu-memory {item!r}: {number!r} is not a number") from e
+    return memory
+
+
+def run_preflight_command(args: argparse.Namespace) -> int:
+    """`grpo-train --preflight`: the verdict to stdout and the termination log; 0 passed, 1 failed."""
+    from grpo_trainer.preflight import PreflightOptions, preflight_config_file, write_termination_message
+
+    options = PreflightOptions(gpu_memory=parse_gpu_memory(args.gpu_memory))
+    with contextlib.redirect_stdout(sys.stderr):  # verl prints; stdout carries the verdict alone
+        verdict = preflight_config_file(args.config_path, args.overrides, options)
+    for check in verdict.checks:
+        log.log(logging.INFO if check.ok else logging.ERROR, "%s %s [%s] %s%s", "ok  " if check.ok else "FAIL",
+                check.name, check.field, check.message, f" -> {check.fix}" if not check.ok and check.fix else "")
+    sys.stdout.write(verdict.to_json() + "\n")
+    try:
+        write_termination_message(verdict, args.termination_log)
+    except OSError as e:
+        log.warning("cannot write the verdict to %s: %s", args.termination_log, e)
+    return 0 if verdict.passed else 1
+
+
+def run_rehearsal(args: argparse.Namespace) -> int:
+    """`grpo-train --rehearsal`: the verdict's lines on stdout (the last is the RayJob's message)."""
+    from grpo_trainer.preflight import PreflightOptions
+    from grpo_trainer.rehearsal.run import run_rehearsal_command
+
+    options = PreflightOptions(gpu_memory=parse_gpu_memory(args.gpu_memory))
+    return run_rehearsal_command(args.config_path, args.overrides, options, os.environ)
 
 
 MERGED_HEADER = "# merged verl 0.9.1 config\n"
@@ -145,6 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     show_our_info_logs()
     args = parse_args(argv)
     try:
+        if args.preflight and args.rehearsal:
+            raise GrpoConfigError("--preflight and --rehearsal exclude each other: the rehearsal runs the "
+                                  "preflight's checks itself, in the Ray cluster")
+        if args.preflight:
+            return run_preflight_command(args)
+        if args.rehearsal:
+            return run_rehearsal(args)
         started = time.monotonic()
         built = build_config(args.config_path, args.overrides, strict=not args.dry_run)
         validate_with_verl(built.verl)

@@ -68,3 +68,5 @@ class GrpoSettings(_Strict):
     data: DataSettings = Field(default_factory=DataSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     checkpoints: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    # The verl keys the user wrote in the GRPOJob's spec.verl: the preflight names them as such.
+    spec_verl_keys: list[str] = Field(default_factory=list, alias="specVerlKeys")

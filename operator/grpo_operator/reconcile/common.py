@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import metrics
+from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, plan
+from grpo_operator.reconcile.children import Child
 from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions
+from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube
 from grpo_operator.settings import OperatorSettings
 
@@ -38,15 +41,19 @@ async def write_status(
     phase: str,
     conditions: tuple[ConditionUpdate, ...],
     fields: dict[str, Any] | None = None,
-) -> None:
+    resource_version: str | None = None,
+) -> dict:
+    """Phase, merged conditions and fields; with `resource_version`, only onto that version (else 409).
+    Returns the GRPOJob as written."""
     status = {
         "phase": phase,
         "observedGeneration": generation,
         "conditions": merge_conditions(current.get("conditions") or [], conditions, generation),
         **(fields or {}),
     }
-    await kube.patch_grpojob_status(namespace, name, status)
+    written = await kube.patch_grpojob_status(namespace, name, status, resource_version)
     metrics.record_phase(namespace, name, phase)
+    return written
 
 
 async def refuse(job: dict, reason: str, message: str) -> None:
@@ -68,3 +75,38 @@ def conditions_hold(status: dict, updates: tuple[ConditionUpdate, ...]) -> bool:
     current = {c["type"]: (c.get("status"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []}
     return all(current.get(u.type) == (u.status, u.reason, u.message) for u in updates)
 
+
+
+async def create_children(owner: kopf.Body, children: list[Child]) -> list[Child]:
+    """Create what is missing; the children the RayJob's pods use first, all at once, then the RayJob.
+
+    Pods of a RayJob created earlier would be refused for a missing ServiceAccount (and KubeRay
+    would retry them later); the others do not depend on each other, so one round trip creates them.
+    A child carrying a content digest (the verl ConfigMap, the preflight Job) that exists with another
+    digest is replaced: this runs only before training starts, for a spec edited since.
+    """
+    first = [c for c in children if c.kind != "RayJob"]
+    last = [c for c in children if c.kind == "RayJob"]
+    created: list[Child] = []
+    for wave in (first, last):
+        results = await asyncio.gather(*(_ensure(owner, c) for c in wave))
+        created.extend(c for c, new in zip(wave, results, strict=True) if new)
+    return created
+
+
+async def _ensure(owner: kopf.Body, child: Child) -> bool:
+    body = child.body
+    if child.owned:
+        kopf.adopt(body, owner=owner)
+    else:
+        body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
+    try:
+        if rendered_digest(body) is not None:
+            return await kube.create_or_replace(body, rendered_digest) != "current"
+        return await kube.create_if_absent(body)
+    except kube.ApiError as exc:
+        # A RayJob field the installed CRD does not have: strict validation refuses it (kuberay.py).
+        refusal = kuberay.refusal_of(exc.message) if child.kind == "RayJob" and exc.status in (400, 422) else None
+        if refusal is not None:
+            raise kuberay.KubeRayUnsupported(refusal) from exc
+        raise

@@ -83,6 +83,9 @@ class KubeRayCompat:
         metrics.KUBERAY_COMPATIBLE.set(0)
 
 
+# The reason of a job refused because the installed KubeRay lacks what it needs (kuberay.py).
+UNSUPPORTED_KUBERAY = "UnsupportedKubeRay"
+
 # A job refused for its KubeRay is tried again on the same timer as one waiting for a missing claim.
 # An operator watching named namespaces holds no cluster-wide rights (the chart's single-namespace mode):
 # it does not try to read the CRD, and strict creation is its check.

@@ -19,21 +19,33 @@ from pydantic import ValidationError
 
 from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import Plan, PlanError, with_checkpoint_claim
+from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
+from grpo_operator.reconcile import gate
 from grpo_operator.reconcile.binding import STORAGE_CHECKS, check_storage_later
+from grpo_operator.reconcile.capacity import NodeView, capacity_shortfalls, gpu_memory_by_role, selector_string
 from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
-from grpo_operator.reconcile.common import SETTINGS, parse, refuse, validation_message, write_status
-from grpo_operator.reconcile.compat import COMPAT
+from grpo_operator.reconcile.common import (
+    SETTINGS,
+    create_children,
+    parse,
+    refuse,
+    validation_message,
+    write_status,
+)
+from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
 from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_fields, next_action, spec_digests
 from grpo_operator.reconcile.mirror import sync_status
+from grpo_operator.reconcile.preflight import disabled_condition
+from grpo_operator.reconcile.preflight import outcome as preflight_outcome
 from grpo_operator.reconcile.retries import KeyedLocks, Retries
 from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
+from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
+from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
+from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube, priority
 from grpo_operator.runtime.lookups import SharedLookups
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
-# The reason of a job refused because the installed KubeRay lacks what it needs (kuberay.py).
-UNSUPPORTED_KUBERAY = "UnsupportedKubeRay"
 log = logging.getLogger("grpo_operator")
 
 
@@ -52,19 +64,45 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     if (job.get("status") or {}).get("phase"):
         metrics.record_phase(namespace, name, job["status"]["phase"])
     action = next_action(job, listing=event.get("type") is None)
-    if action is Action.CREATE and uid in _SETTLED:
+    if action is Action.CREATE and uid in _SETTLED and not (job.get("status") or {}).get("phase"):
         return  # a body from before our own status write reached us: the children exist
     if action is not Action.NONE:
         async with LOCKS.hold(key):
             await ACTIONS[action](job)
 
 
+@kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT,
+                                               COMPONENT_LABEL: PREFLIGHT_COMPONENT})
+async def preflight_job_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels,
+                              **_: Any) -> None:
+    """The preflight Job finished (or was deleted): its verdict into the status, the RayJob after a pass."""
+    deleted = event.get("type") == "DELETED"
+    preflight_job = None if deleted else dict(body)
+    if preflight_job is not None and preflight_outcome(preflight_job, None).state == "running":
+        return  # scheduled, started, ready: nothing to say until it ends (one GET per event saved)
+    key = (namespace, labels[JOB_LABEL])
+    async with LOCKS.hold(key):
+        try:
+            outcome = await gate.sync(*key, preflight_job=preflight_job,
+                                      deleted_digest=rendered_digest(body) if deleted else None)
+        except Exception:
+            # kopf drops a watch handler's exception; the job is looked at again instead.
+            log.exception("acting on the preflight of %s/%s failed; trying again", *key)
+            _retry_later(*key, SETTINGS.error_retry_seconds)
+            return
+    if outcome is gate.Sync.RERUN:  # deleted by a user to check fixed files again (or lost): a new one
+        await _retry(*key)
+
+
 async def _retry(namespace: str, name: str) -> None:
-    """A timer's attempt: on the job as it is now, if it still wants creating."""
+    """A timer's attempt: on the job as it is now, whatever it still needs (creating, or its RayJob)."""
     job = await kube.get_grpojob(namespace, name)
-    if job is not None and next_action(job, listing=True) is Action.CREATE:
+    if job is None:
+        return
+    action = next_action(job, listing=True)
+    if action in (Action.CREATE, Action.RESYNC):
         async with LOCKS.hold((namespace, name)):
-            await create(job)
+            await ACTIONS[action](job)
 
 
 def _retry_later(namespace: str, name: str, delay: float) -> None:
@@ -87,8 +125,7 @@ async def create(job: dict) -> None:
 
 async def _create(job: dict) -> None:
     meta = job["metadata"]
-    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
-    status = job.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
     RETRIES.cancel((namespace, name))
     started = time.monotonic()
     result = "error"
@@ -109,14 +146,24 @@ async def _create(job: dict) -> None:
         # comes as soon as the apiserver gets to it, not after the status traffic (priority.py).
         with priority.creating(started):
             unusable = await COMPAT.problem()
+            nodes: list[NodeView] | None = None
             if unusable is not None:
                 problems: list[tuple[str, str, str]] = [("", UNSUPPORTED_KUBERAY, unusable)]
             else:
-                problems, claims = await _missing(namespace, job_spec, job_plan)
+                (problems, claims), nodes = await asyncio.gather(
+                    _missing(namespace, job_spec, job_plan), _nodes(job, job_plan)
+                )
+            # Kueue admits by its own quotas; without it, a pool that can never hold a role is said now.
+            if nodes is not None and not job_spec.scheduling.queue_name:
+                problems += [(s.field, s.reason, s.message) for s in capacity_shortfalls(job_plan, nodes)]
             if not problems:
                 try:
                     job_plan = _with_existing_claims(job_spec, job_plan, claims)
-                    created = await _create_children(job, training_children(job_spec, job_plan))
+                    if job_spec.preflight.enabled:
+                        gpu_memory = gpu_memory_by_role(job_plan, nodes or [], _gpu_memory_override(job_spec))
+                        created = await gate.begin(job, job_spec, job_plan, gpu_memory)
+                    else:
+                        created = await create_children(job, training_children(job_spec, job_plan))
                 except PlanError as exc:
                     result = "invalid"
                     await refuse(job, "InvalidSpec", str(exc))
@@ -133,17 +180,8 @@ async def _create(job: dict) -> None:
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             message = "created " + ", ".join(f"{c.kind} {c.name}" for c in created)
             kopf.event(job, type="Normal", reason="Created", message=message)
-        # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
-        # events find nothing to change (rayjob_event skips a status-less RayJob).
-        initial = observe_rayjob(job_plan.names.rayjob, {}, job_plan.exports, job_plan.rehearsal)
-        fields = {
-            **initial.fields,
-            "configMapName": job_plan.names.configmap,
-            "checkpointClaimName": job_plan.checkpoint_claim,
-            "specDigests": spec_digests(job["spec"]),
-        }
-        valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
-        await write_status(namespace, name, status, generation, initial.phase, (initial.ready, valid), fields)
+        if not job_spec.preflight.enabled:
+            await _started_without_preflight(job, job_plan)
         _SETTLED.add(meta.get("uid", ""))
         check_storage_later(namespace, name)
         result = "success"
@@ -161,10 +199,31 @@ async def _create(job: dict) -> None:
         return
     finally:
         metrics.observe_reconcile(result, time.monotonic() - started)
-    if not any(c.kind == "RayJob" for c in created):
+    if job_spec.preflight.enabled and not any(c.kind == "Job" for c in created):
+        # The preflight Job of this spec was there already and may have its verdict (a restart, an edit
+        # that changed nothing it checks). A Job created just now reports through its own events.
+        if await gate.sync(namespace, name) is gate.Sync.RERUN:
+            _retry_later(namespace, name, SETTINGS.error_retry_seconds)
+    elif not any(c.kind == "RayJob" for c in created):
         # The RayJob was already there (a crash after creating it): it may have moved on meanwhile.
         # (A RayJob created just now has no status yet; its own events bring the status in.)
         await sync_status(namespace, name)
+
+
+async def _started_without_preflight(job: dict, plan: Plan) -> None:
+    meta, status = job["metadata"], job.get("status") or {}
+    # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
+    # events find nothing to change (rayjob_event skips a status-less RayJob).
+    initial = observe_rayjob(plan.names.rayjob, {}, plan.exports, plan.rehearsal)
+    fields = {
+        **initial.fields,
+        "configMapName": plan.names.configmap,
+        "checkpointClaimName": plan.checkpoint_claim,
+        "specDigests": spec_digests(job["spec"]),
+    }
+    valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
+    await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), initial.phase,
+                       (initial.ready, valid, disabled_condition()), fields)
 
 
 async def apply_edit(job: dict) -> None:
@@ -207,8 +266,16 @@ async def _resync(job: dict) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     if "specDigests" not in status:  # written by an operator before specDigests: record them now
         await kube.patch_grpojob_status(meta["namespace"], meta["name"], {"specDigests": spec_digests(job["spec"])})
+    if status.get("phase") == "Pending" and not status.get("rayJobName"):
+        # Its preflight passed, and the operator stopped before the RayJob existed.
+        try:
+            await gate.start_training(job)
+        except Exception:
+            log.exception("creating the RayJob of %s/%s failed; trying again", meta["namespace"], meta["name"])
+            _retry_later(meta["namespace"], meta["name"], SETTINGS.error_retry_seconds)
+            return
     await sync_status(meta["namespace"], meta["name"])
-    if status.get("phase") == "Pending":
+    if status.get("phase") in ("Preflight", "Pending"):
         check_storage_later(meta["namespace"], meta["name"])
 
 
@@ -281,33 +348,30 @@ def _claims_named(spec: GRPOJobSpec) -> set[str]:
     return {c for c in named if c}
 
 
-async def _create_children(owner: kopf.Body, children: list[Child]) -> list[Child]:
-    """Create what is missing; the children the RayJob's pods use first, all at once, then the RayJob.
-
-    Pods of a RayJob created earlier would be refused for a missing ServiceAccount (and KubeRay
-    would retry them later); the others do not depend on each other, so one round trip creates them.
-    """
-    first = [c for c in children if c.kind != "RayJob"]
-    last = [c for c in children if c.kind == "RayJob"]
-    created: list[Child] = []
-    for wave in (first, last):
-        results = await asyncio.gather(*(_ensure(owner, c) for c in wave))
-        created.extend(c for c, new in zip(wave, results, strict=True) if new)
-    return created
+def _gpu_memory_override(spec: GRPOJobSpec) -> int | None:
+    value = spec.placement.gpu_memory
+    return None if value is None else int(parse_quantity(value))
 
 
-async def _ensure(owner: kopf.Body, child: Child) -> bool:
-    body = child.body
-    if child.owned:
-        kopf.adopt(body, owner=owner)
-    else:
-        body["metadata"].setdefault("namespace", owner["metadata"]["namespace"])
+async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
+    """The nodes each role's nodeSelector matches (one shared read per selector); None when unreadable."""
+    selectors = sorted({selector_string(g.pod.node_selector) for g in job_plan.groups})
     try:
-        return await kube.create_if_absent(body)
+        reads = (_NODES.lookup(s, lambda s=s: kube.list_nodes(s), keep=_always) for s in selectors)
+        found = await asyncio.gather(*reads)
     except kube.ApiError as exc:
-        # A RayJob field the installed CRD does not have: strict validation refuses it (kuberay.py).
-        refusal = kuberay.refusal_of(exc.message) if child.kind == "RayJob" and exc.status in (400, 422) else None
-        if refusal is not None:
-            raise kuberay.KubeRayUnsupported(refusal) from exc
-        raise
+        if exc.status != 403:
+            raise
+        kopf.warn(job, reason="NodesUnreadable", message="the operator may not list nodes (chart value "
+                  "rbac.nodes): pool capacity and GPU memory are not checked")
+        return None
+    unique = {n["metadata"]["name"]: n for nodes in found for n in nodes}
+    return [NodeView.of(n) for n in unique.values()]
+
+
+def _always(_: object) -> bool:
+    return True  # a burst of jobs reads each pool once; an empty pool is judged again on the retry
+
+
+_NODES: SharedLookups[list[dict]] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
 

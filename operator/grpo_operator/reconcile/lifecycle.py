@@ -22,7 +22,7 @@ FORWARDED_FIELDS = frozenset({"spec.scheduling.suspend", "spec.monitoring"})
 
 
 class Action(enum.Enum):
-    CREATE = "create"  # validate, check dependencies, create the children, write the first status
+    CREATE = "create"  # validate, check dependencies and capacity, create the preflight (or the children)
     APPLY_EDIT = "apply-edit"  # the spec changed since it was acted on: forward or report the edit
     RESYNC = "resync"  # seen afresh (operator start, re-list): bring the status up to date
     NONE = "none"
@@ -37,8 +37,9 @@ def next_action(job: Mapping[str, Any], listing: bool) -> Action:
     if phase is None:
         return Action.CREATE
     edited = job.get("metadata", {}).get("generation") != status.get("observedGeneration")
-    if phase == "Invalid":
-        # Refused: an edit may have fixed it, and after a restart the retry timer is gone.
+    if phase in ("Invalid", "Preflight"):
+        # Nothing trains yet: an edit is rendered afresh (and checked by a new preflight); after a restart
+        # the retry timer is gone, and a preflight Job may have finished unwatched.
         return Action.CREATE if edited or listing else Action.NONE
     if edited:
         return Action.APPLY_EDIT

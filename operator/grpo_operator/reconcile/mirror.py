@@ -55,8 +55,8 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
     if job is None:
         return
     status = job.get("status") or {}
-    if status.get("phase") in TERMINAL_PHASES or status.get("phase") in (None, "Invalid"):
-        return
+    if status.get("phase") in TERMINAL_PHASES or status.get("phase") in (None, "Invalid", "Preflight"):
+        return  # no RayJob yet (the preflight gate's business), or nothing left to follow
     facts = _facts(job)
     if facts is None:
         return  # reconcile() reports these

@@ -21,7 +21,7 @@ log = logging.getLogger("grpo_operator")
 # Server-side label selectors of the child watches, the same filters the child handlers declare.
 WATCH_SELECTORS: dict[tuple[str, str], str] = {
     ("ray.io", "rayjobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL}",
-    ("batch", "jobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL},{COMPONENT_LABEL}=export",
+    ("batch", "jobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL},{COMPONENT_LABEL} in (export,preflight)",
 }
 
 

@@ -10,6 +10,7 @@ from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render.configmap import render_configmap
 from grpo_operator.render.export_job import render_export_job
+from grpo_operator.render.preflight_job import render_preflight_job
 from grpo_operator.render.pvc import render_checkpoint_pvc
 from grpo_operator.render.rayjob import render_rayjob
 from grpo_operator.render.rbac import render_trainer_rbac
@@ -20,6 +21,7 @@ __all__ = [
     "render_children",
     "render_configmap",
     "render_export_job",
+    "render_preflight_job",
     "render_rayjob",
     "render_trainer_rbac",
     "render_verl_config",
@@ -32,7 +34,8 @@ def render_children(spec: GRPOJobSpec, plan: Plan) -> list[dict[str, Any]]:
 
     The RayJob comes last: its pods need the ServiceAccount (the apiserver refuses pods naming a
     missing one, and KubeRay only retries with backoff), the ConfigMap and the checkpoint PVC.
-    The export Job is not here: it is created after training succeeds.
+    The preflight Job (which needs the same) and the export Job are not here: the operator creates the
+    preflight before the RayJob, and the converter after training succeeds.
     """
     pvc = render_checkpoint_pvc(spec, plan)
     return [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
@@ -12,6 +14,36 @@ JOB_LABEL = "grpo.dev/job"
 ROLE_LABEL = "grpo.dev/role"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 OPERATOR_NAME = "grpo-operator"
+# What a child was rendered from: the operator replaces a child whose digest differs (before training
+# starts, while an edited spec is still applied) and leaves one that matches.
+DIGEST_ANNOTATION = "grpo.dev/content-digest"
+# The trainer image's user (images/trainer/Dockerfile: useradd --uid 1000 ray).
+TRAINER_UID = 1000
+
+
+def content_digest(*parts: Any) -> str:
+    """A short, stable digest of JSON-able parts (a label value: at most 63 characters)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def restricted_pod_security() -> dict[str, Any]:
+    """Pod securityContext of the restricted Pod Security Standard, as the trainer image's user.
+
+    fsGroup makes a root-owned volume root group-writable for that user. The same values as every other
+    pod of the job gets (issue 15), so the preflight tests the access the trainer will have.
+    """
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": TRAINER_UID,
+        "runAsGroup": TRAINER_UID,
+        "fsGroup": TRAINER_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def restricted_container_security() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
 
 
 def labels(plan: Plan, component: str, **extra: str) -> dict[str, str]:

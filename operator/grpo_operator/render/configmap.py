@@ -6,17 +6,21 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render.common import metadata
+from grpo_operator.render.common import DIGEST_ANNOTATION, content_digest, metadata
 from grpo_operator.render.verl_config import render_verl_config
 
 
 def render_configmap(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
+    text = render_verl_config(spec, plan)
+    meta = metadata(plan, plan.names.configmap, "config")
+    meta["annotations"] = {DIGEST_ANNOTATION: content_digest(text)}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(plan, plan.names.configmap, "config"),
-        # Rendered once when the job is created and never updated: the spec is immutable, and a
-        # retry must resume with the configuration the checkpoints were written with.
+        "metadata": meta,
+        # Never updated once training has started: a retry must resume with the configuration the
+        # checkpoints were written with. Before that (an edit after a failed preflight) the operator
+        # replaces it whole when its digest differs.
         "immutable": True,
-        "data": {plan.mounts.config_key: render_verl_config(spec, plan)},
+        "data": {plan.mounts.config_key: text},
     }

@@ -109,6 +109,8 @@ def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         },
         "metrics": {"port": METRICS_PORT},
         **_resume_mapping(plan),
+        # The keys the user wrote in spec.verl: the preflight names a problem with one as spec.verl.<key>.
+        "specVerlKeys": sorted(verl_overrides(spec)),
     }
 
 

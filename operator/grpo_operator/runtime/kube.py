@@ -284,9 +284,55 @@ async def get_grpojob(namespace: str, name: str) -> dict | None:
     return await get("GRPOJob", namespace, name)
 
 
-async def patch_grpojob_status(namespace: str, name: str, status: dict) -> None:
+async def patch_grpojob_status(namespace: str, name: str, status: dict, resource_version: str | None = None) -> dict:
+    """Merge `status` in; with `resource_version`, only if the GRPOJob is still that version (else 409).
+    Returns the GRPOJob as the apiserver wrote it."""
     path = RESOURCES["GRPOJob"].path(namespace, name, "status")
-    await api().request("PATCH", path, {"status": status}, content_type=MERGE_PATCH)
+    body: dict[str, Any] = {"status": status}
+    if resource_version is not None:
+        body["metadata"] = {"resourceVersion": resource_version}
+    return await api().request("PATCH", path, body, content_type=MERGE_PATCH)
+
+
+async def delete(kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+    """Delete (its dependents in the background); with `uid`, only that very object. Gone already is done."""
+    body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    if uid is not None:
+        body["preconditions"] = {"uid": uid}
+    try:
+        await api().request("DELETE", RESOURCES[kind].path(namespace, name), body)
+    except ApiError as exc:
+        if exc.status not in (404, 409):  # 409: the uid precondition failed, someone replaced it already
+            raise
+
+
+async def create_or_replace(body: dict, digest_of: Callable[[dict], str | None], attempts: int = 5) -> str:
+    """Create `body`; if one exists with another digest, delete it and create `body`.
+
+    "created", "current" (an existing one has the same digest) or "replaced". For children rendered
+    again from an edited spec before training starts: the verl ConfigMap (immutable) and the preflight
+    Job (a Job's pod template cannot change).
+    """
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    replaced = False
+    for _ in range(attempts):
+        if await create_if_absent(body):
+            return "replaced" if replaced else "created"
+        existing = await get(body["kind"], namespace, name)
+        if existing is None:
+            continue  # deleted meanwhile: create again
+        if digest_of(existing) == digest_of(body):
+            return "current"
+        await delete(body["kind"], namespace, name, uid=existing["metadata"].get("uid"))
+        replaced = True
+    raise ApiError(409, "Conflict", f"{body['kind']} {namespace}/{name} kept coming back while being replaced")
+
+
+async def list_nodes(label_selector: str) -> list[dict]:
+    """Nodes matching a label selector ("" for all); cluster-scoped, read-only."""
+    params = {"labelSelector": label_selector} if label_selector else None
+    found = await api().request("GET", "/api/v1/nodes", params=params)
+    return found.get("items") or []
 
 
 async def patch_rayjob_suspend(namespace: str, name: str, suspend: bool) -> None:

@@ -73,8 +73,8 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 def test_defaults_render_the_operator_and_no_monitoring_objects() -> None:
     # The Job is `helm test`'s install check (a hook: created only by `helm test`).
-    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Job",
-                               "Service", "ServiceAccount"]
+    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
+                               "ClusterRoleBinding", "Deployment", "Job", "Service", "ServiceAccount"]
 
 
 def test_helm_test_reads_the_operators_metrics_as_a_restricted_pod_without_credentials() -> None:
@@ -209,7 +209,16 @@ def test_rbac_never_grants_secrets_wildcards_or_escalation(values: tuple[str, ..
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
         assert "secrets" not in rule["resources"]
-        assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"])
+        assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
+        # delete only what is replaced before training starts: the verl ConfigMap and the preflight Job.
+        if "delete" in rule["verbs"]:
+            assert rule["resources"] in (["configmaps"], ["jobs"]), rule
+
+
+def test_nodes_are_only_listed_and_only_while_rbac_nodes_is_on() -> None:
+    rules = [r for d in render() if d["kind"] == "ClusterRole" for r in d["rules"] if "nodes" in r["resources"]]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    assert not [d for d in render("rbac.nodes=false") if d["metadata"]["name"].endswith("-nodes")]
 
 
 @pytest.mark.parametrize(("values", "kind"), [((), "ClusterRole"), (tuple(NAMESPACED), "Role")])
@@ -223,9 +232,12 @@ def test_rbac_holds_what_the_trainer_role_grants(colocated_role: dict[str, Any],
                 assert _grants(rules, rule["apiGroups"][0], resource, verb), (resource, verb)
 
 
-def test_namespaced_mode_has_a_role_per_namespace_and_nothing_cluster_wide() -> None:
+def test_namespaced_mode_has_a_role_per_namespace_and_reads_only_nodes_cluster_wide() -> None:
     docs = render(*NAMESPACED)
-    assert not {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} & set(kinds(docs))
+    cluster_wide = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering")]
+    assert {d["metadata"]["name"] for d in cluster_wide} == {"grpo-grpo-operator-nodes"}
+    assert not {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} & set(kinds(render(*NAMESPACED,
+                                                                                               "rbac.nodes=false")))
     for kind in ("Role", "RoleBinding", "KopfPeering"):
         assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind) == ["team-a", "team-b"]
     binding = next(d for d in docs if d["kind"] == "RoleBinding")

@@ -15,7 +15,7 @@ from grpo_devcluster.errors import DevClusterError
 def test_kwok_stages_cover_node_pod_job_and_volume_lifecycles() -> None:
     names = [s["metadata"]["name"] for s in kwok_config.stages()]
     assert names == ["node-initialize", "node-heartbeat", "pod-ready", "pod-fail", "pod-complete",
-                     "pod-complete-submitter", "pod-delete", "pvc-provision"]
+                     "pod-complete-submitter", "preflight-fail", "preflight-pass", "pod-delete", "pvc-provision"]
 
 
 def test_job_pods_complete_only_without_the_fail_annotation() -> None:
@@ -31,6 +31,24 @@ def test_job_pods_complete_only_without_the_fail_annotation() -> None:
     submitter = by_name["pod-complete-submitter"]["spec"]["selector"]["matchExpressions"]
     assert {"key": key, "operator": "Exists"} in submitter
     assert {"key": component, "operator": "In", "values": ["submitter"]} in submitter
+
+
+def test_preflight_pods_end_with_a_verdict_and_other_job_pods_never_do() -> None:
+    import json
+
+    by_name = {s["metadata"]["name"]: s for s in kwok_config.stages()}
+    component = '.metadata.labels["app.kubernetes.io/component"]'
+    verdict = kwok_config._VERDICT_QUERY
+    assert kwok_config.PREFLIGHT_VERDICT_ENV in verdict
+    for stage in ("pod-fail", "pod-complete"):
+        expressions = by_name[stage]["spec"]["selector"]["matchExpressions"]
+        assert {"key": component, "operator": "NotIn", "values": ["preflight"]} in expressions
+    passing = by_name["preflight-pass"]["spec"]
+    assert {"key": verdict, "operator": "DoesNotExist"} in passing["selector"]["matchExpressions"]
+    assert {"key": verdict, "operator": "Exists"} in by_name["preflight-fail"]["spec"]["selector"]["matchExpressions"]
+    simulated = json.loads(kwok_config.SIMULATED_VERDICT)
+    assert simulated["passed"] is True and "simulated" in simulated["checks"][0]["message"]
+    assert f"message: '{kwok_config.SIMULATED_VERDICT}'" in passing["next"]["statusTemplate"]
 
 
 def test_fake_nodes_look_like_a100_servers_in_pools() -> None:

@@ -176,34 +176,30 @@ def test_crd_carries_a_rule_for_each_cross_field_constraint() -> None:
         assert fragment in messages, fragment
 
 
-def test_spec_is_immutable_except_scheduling_suspend() -> None:
-    spec = _schema()["properties"]["spec"]
-    frozen_subtrees = {
+def test_spec_is_frozen_once_training_has_started_except_suspend_verl_and_preflight() -> None:
+    root = _schema()
+    spec = root["properties"]["spec"]
+    # checkpoints from creation on: the operator may have created its PVC, which it never deletes.
+    frozen_at_creation = {
         name for name, node in spec["properties"].items() if any(r["rule"] == "self == oldSelf" for r in _rules(node))
     }
-    assert frozen_subtrees == {
-        "model",
-        "data",
-        "training",
-        "algorithm",
-        "rollout",
-        "reward",
-        "placement",
-        "checkpoints",
-        "export",
-        "rehearsal",
+    assert frozen_at_creation == {"checkpoints"}
+    editable = "oldSelf.status.phase in ['Invalid', 'Preflight']"
+    root_rules = [r for r in _rules(root) if editable in r["rule"]]
+    frozen = {m.group(1) for r in root_rules for m in [re.search(r"oldSelf\.spec\.([\w.]+?)\)*$", r["rule"])] if m}
+    assert frozen == {
+        "model", "data", "training", "algorithm", "rollout", "reward", "placement", "export", "rehearsal",
+        "image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata",
+        "scheduling.queueName", "scheduling.priorityClassName", "scheduling.activeDeadlineSeconds",
+        "scheduling.retries", "scheduling.keepFailedClusterSeconds",
     }
-    spec_rules = " ".join(r["rule"] for r in _rules(spec))
-    for optional in ("image", "serviceAccountName", "imagePullSecrets", "env"):
-        assert f"self.{optional} == oldSelf.{optional}" in spec_rules
-    scheduling_rules = " ".join(r["rule"] for r in _rules(spec["properties"]["scheduling"]))
-    for frozen in ("queueName", "priorityClassName", "activeDeadlineSeconds", "retries"):
-        assert f"self.{frozen} == oldSelf.{frozen}" in scheduling_rules
-    assert "suspend" not in scheduling_rules
+    rules = " ".join(r["rule"] for r in _rules(root))
+    for editable_field in ("suspend", "verl", "preflight"):
+        assert f".{editable_field}" not in rules, editable_field
     # Every transition rule names the field and the way out.
     for message in _all_messages():
         if "immutable" in message:
-            assert message.startswith("spec.") and ("delete the GRPOJob" in message or "suspend" in message)
+            assert message.startswith("spec.") and "delete the GRPOJob" in message
 
 
 _FIELD_REF = re.compile(r"\b(?:self|oldSelf)((?:\.\w+)+)(\()?")

@@ -247,3 +247,73 @@ def test_operator_imports_without_the_kubernetes_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_create_or_replace_keeps_a_current_child_and_replaces_a_stale_one_by_uid() -> None:
+    stored: dict[str, dict] = {"cm": {"metadata": {"name": "cm", "uid": "u1", "annotations": {"d": "old"}}}}
+    seen: list[tuple[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        body = json.loads(await request.text()) if request.can_read_body else None
+        seen.append((request.method, body.get("preconditions") if request.method == "DELETE" else None))
+        if request.method == "POST":
+            if body["metadata"]["name"] in stored:
+                return status(409, "AlreadyExists", "exists")
+            stored[body["metadata"]["name"]] = body
+            return web.json_response(body, status=201)
+        name = request.path.rsplit("/", 1)[-1]
+        if request.method == "DELETE":
+            stored.pop(name)
+            return web.json_response({})
+        return web.json_response(stored[name]) if name in stored else status(404, "NotFound", name)
+
+    def body(digest: str) -> dict:
+        return {"kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns", "annotations": {"d": digest}}}
+
+    def digest_of(obj: dict) -> str:
+        return obj["metadata"]["annotations"]["d"]
+
+    async def scenario() -> list[str]:
+        async with operator_client(handler):
+            return [await kube.create_or_replace(body("old"), digest_of),
+                    await kube.create_or_replace(body("new"), digest_of)]
+
+    assert run(scenario) == ["current", "replaced"]
+    assert ("DELETE", {"uid": "u1"}) in seen and stored["cm"]["metadata"]["annotations"] == {"d": "new"}
+
+
+def test_status_patch_with_a_resource_version_carries_the_precondition() -> None:
+    bodies: list[dict] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        bodies.append(json.loads(await request.text()))
+        if bodies[-1].get("metadata", {}).get("resourceVersion") == "7":
+            return status(409, "Conflict", "the object has been modified")
+        return web.json_response({})
+
+    async def scenario() -> int:
+        async with operator_client(handler):
+            await kube.patch_grpojob_status("ns", "a", {"phase": "Pending"}, resource_version="8")
+            try:
+                await kube.patch_grpojob_status("ns", "a", {"phase": "Pending"}, resource_version="7")
+            except kube.ApiError as exc:
+                return exc.status
+            return 0
+
+    assert run(scenario) == 409
+    assert bodies[0] == {"status": {"phase": "Pending"}, "metadata": {"resourceVersion": "8"}}
+
+
+def test_nodes_are_listed_with_the_label_selector() -> None:
+    queries: list[dict] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        queries.append({"path": request.path, **request.query})
+        return web.json_response({"items": [{"metadata": {"name": "n0"}}]})
+
+    async def scenario() -> list[dict]:
+        async with operator_client(handler):
+            return [*await kube.list_nodes("grpo.dev/pool=train"), *await kube.list_nodes("")]
+
+    assert [n["metadata"]["name"] for n in run(scenario)] == ["n0", "n0"]
+    assert queries == [{"path": "/api/v1/nodes", "labelSelector": "grpo.dev/pool=train"}, {"path": "/api/v1/nodes"}]

@@ -36,6 +36,12 @@ def test_a_refused_job_is_tried_again_when_edited_or_after_a_restart() -> None:
     assert next_action(job("Invalid"), listing=True) is Action.CREATE
 
 
+def test_a_job_in_preflight_is_rendered_again_when_edited_or_after_a_restart() -> None:
+    assert next_action(job("Preflight"), listing=False) is Action.NONE  # the Job's events drive it
+    assert next_action(job("Preflight", generation=2, observed=1), listing=False) is Action.CREATE
+    assert next_action(job("Preflight"), listing=True) is Action.CREATE
+
+
 def test_a_listed_job_is_resynced() -> None:
     assert next_action(job("Running"), listing=True) is Action.RESYNC
 

@@ -36,10 +36,10 @@ def test_colocated_actor_defaults_to_a_whole_node(colocated_body: dict[str, Any]
 def test_colocated_model_reward_gets_its_own_group(colocated_body: dict[str, Any]) -> None:
     def edit(s: dict[str, Any]) -> None:
         s["reward"] = {"type": "model", "model": {"claimName": "rm", "path": "rm-7b"}}
-        s["placement"]["roles"] = {"actor": {"gpus": 6}, "reward": {"gpus": 2}}
+        s["placement"]["roles"] = {"actor": {"gpus": 4}, "reward": {"gpus": 2}}
 
     p = plan_of(spec_with(colocated_body, edit))
-    assert [(g.role, g.gpus) for g in p.groups] == [("actor", 6), ("reward", 2)]
+    assert [(g.role, g.gpus) for g in p.groups] == [("actor", 4), ("reward", 2)]
     # A reward model on another claim gets its own mount.
     assert p.reward_model_claim == "rm"
     assert p.reward_model_path == "/reward-models/rm-7b"

@@ -61,7 +61,7 @@ def test_no_pvc_when_the_user_names_an_existing_claim(colocated_body: dict[str, 
 @pytest.mark.parametrize(("modes", "replicas", "share"), [
     (["ReadWriteOnce"], 1, True),
     (["ReadWriteMany"], 1, False),
-    (["ReadWriteOnce", "ReadWriteMany"], 3, False),
+    (["ReadWriteOnce", "ReadWriteMany"], 2, False),
 ])
 def test_an_existing_claims_access_modes_decide_where_the_writers_run(
         colocated_body: dict[str, Any], modes: list[str], replicas: int, share: bool) -> None:

@@ -78,7 +78,13 @@ def test_grpo_mapping_follows_the_contract(reference: tuple[GRPOJobSpec, Plan]) 
             "oversize": "drop",
         },
         "metrics": {"port": 9400},
+        "specVerlKeys": [],
     }
+
+
+def test_spec_verl_keys_are_listed_for_the_preflight(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda s: s.update(verl={"trainer": {"logger": ["console"]}, "a.b": 1}))
+    assert verl_config(spec, plan_of(spec))["grpo"]["specVerlKeys"] == ["a.b", "trainer.logger"]
 
 
 def test_colocated_pins_only_the_actor_and_uses_all_gpus(colocated: tuple[GRPOJobSpec, Plan]) -> None:
@@ -111,13 +117,13 @@ def test_epochs_map_to_total_epochs(colocated_body: dict[str, Any]) -> None:
 
 
 def test_user_verl_overrides_win_and_come_last(colocated_body: dict[str, Any]) -> None:
-    overrides = {"actor_rollout_ref.rollout.temperature": 1.0, "trainer": {"logger": ["console", "wandb"]}}
+    overrides = {"actor_rollout_ref.rollout.top_p": 0.95, "trainer": {"logger": ["console", "wandb"]}}
     spec = spec_with(colocated_body, lambda s: s.update(verl=overrides))
     cfg = verl_config(spec, plan_of(spec))
     keys = list(cfg)
-    assert cfg["actor_rollout_ref.rollout.temperature"] == 1.0
+    assert cfg["actor_rollout_ref.rollout.top_p"] == 0.95
     assert cfg["trainer.logger"] == ["console", "wandb"]
-    assert keys[-3:] == ["actor_rollout_ref.rollout.temperature", "trainer.logger", "grpo"]
+    assert keys[-3:] == ["actor_rollout_ref.rollout.top_p", "trainer.logger", "grpo"]
 
 
 def test_rendered_text_is_yaml_with_a_header(colocated: tuple[GRPOJobSpec, Plan]) -> None:

@@ -45,28 +45,13 @@ def model_dir(tmp_path: Path) -> Path:
     return _write_model_config(tmp_path / "model", 4096)
 
 
-# The chat template renders each message as "<|im_start|> ROLE CONTENT <|im_end|>" and the generation
-# prompt as "<|im_start|> assistant"; the tokenizer splits on whitespace only. So a user prompt of n
-# words is n + 5 tokens, which the data-prep tests rely on.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|> assistant{% endif %}"
-)
-
-
 @pytest.fixture(scope="session")
 def tokenizer_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model directory with a real (tiny, locally built) fast tokenizer, chat template and config.json."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """A model directory with a real (tiny, locally built) fast tokenizer, chat template and config.json.
 
-    words = ["<|im_start|>", "<|im_end|>", "user", "assistant", "system", "w", "Say", "OK."]
-    vocab = {"[PAD]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<|im_end|>")
-    fast.chat_template = CHAT_TEMPLATE
-    out = tmp_path_factory.mktemp("tiny-model")
-    fast.save_pretrained(out)
+    A user prompt of n words is n + 5 tokens (preflight_pod.CHAT_TEMPLATE), which the data tests rely on."""
+    from preflight_pod import save_tiny_chat_tokenizer
+
+    out = save_tiny_chat_tokenizer(tmp_path_factory.mktemp("tiny-model"))
     _write_model_config(out, 4096)
     return out

@@ -12,7 +12,7 @@ from grpo_trainer.errors import DataPrepError
 
 
 def prompt_tokens(n_words: int) -> int:
-    return n_words + 5  # the tiny tokenizer's chat template adds 5 tokens (see conftest.CHAT_TEMPLATE)
+    return n_words + 5  # the tiny tokenizer's chat template adds 5 tokens (see preflight_pod.CHAT_TEMPLATE)
 
 
 MAX_PROMPT = 12  # tokens: prompts of up to 7 words fit (7 + 5 template tokens)

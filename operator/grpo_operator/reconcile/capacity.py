@@ -1,0 +1,138 @@
+"""Can the nodes a role may use hold its pods at all? And how much memory do their GPUs have?
+
+Judged from each node's allocatable resources (what the kubelet offers pods), not from current usage:
+a busy pool frees up, a pool too small never does. A node is one of a role's when it carries the role's
+nodeSelector labels and the role tolerates its NoSchedule/NoExecute taints. Each role is judged on its
+own (two roles sharing a pool are not added up). With Kueue (scheduling.queueName) admission is
+Kueue's, and this is not asked.
+
+Pure: the handlers read the nodes and call these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from grpo_operator.plan import Plan, PodShape, WorkerGroup, parse_quantity
+from grpo_operator.render.rayjob import GPU_RESOURCE
+
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB per GPU, set by NVIDIA's GPU feature discovery
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+    allocatable: Mapping[str, str]
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> NodeView:
+        meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+        return cls(
+            name=str(meta.get("name", "")),
+            labels=dict(meta.get("labels") or {}),
+            taints=tuple(spec.get("taints") or ()),
+            allocatable=dict(status.get("allocatable") or {}),
+        )
+
+    def amount(self, resource: str) -> Decimal:
+        try:
+            return parse_quantity(self.allocatable.get(resource, "0"))
+        except (InvalidOperation, ValueError):
+            return Decimal(0)
+
+
+def selector_string(selector: Mapping[str, str]) -> str:
+    """A nodeSelector as the API's labelSelector parameter."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' toleration matching (an empty key with Exists tolerates every taint)."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        operator = t.get("operator") or "Equal"
+        if not t.get("key"):
+            if operator == "Exists":
+                return True
+            continue
+        if t.get("key") != taint.get("key"):
+            continue
+        if operator == "Exists" or (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def usable(node: NodeView, pod: PodShape) -> bool:
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    blocking = [t for t in node.taints if t.get("effect") in _BLOCKING_EFFECTS]
+    return all(tolerates(pod.tolerations, t) for t in blocking)
+
+
+def pods_that_fit(node: NodeView, group: WorkerGroup) -> int:
+    """How many of the group's pods the node's allocatable GPUs, CPUs and memory hold."""
+    wants = {GPU_RESOURCE: Decimal(group.gpus), "cpu": parse_quantity(group.pod.cpu),
+             "memory": parse_quantity(group.pod.memory)}
+    return int(min(node.amount(resource) / amount for resource, amount in wants.items() if amount > 0))
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    field: str
+    reason: str
+    message: str
+
+
+def _describe(group: WorkerGroup) -> str:
+    return f"{group.gpus} {GPU_RESOURCE}, {group.pod.cpu} CPU and {group.pod.memory} memory"
+
+
+def _pool(group: WorkerGroup) -> str:
+    return "{" + selector_string(group.pod.node_selector) + "}" if group.pod.node_selector else "every node"
+
+
+def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall]:
+    """One shortfall per role whose pool cannot hold its pods even when empty."""
+    found = []
+    for group in plan.groups:
+        mine = [n for n in nodes if usable(n, group.pod)]
+        fit = sum(pods_that_fit(n, group) for n in mine)
+        if fit >= group.replicas:
+            continue
+        field = f"placement.roles.{group.role}"
+        if not mine:
+            why = f"no node matches the pool {_pool(group)} (labels, and taints the role tolerates)"
+        else:
+            biggest = max(mine, key=lambda n: n.amount(GPU_RESOURCE))
+            why = (f"the pool {_pool(group)} has {len(mine)} node(s) holding {fit} such pod(s) in all (the largest "
+                   f"offers {biggest.allocatable.get(GPU_RESOURCE, '0')} {GPU_RESOURCE}, "
+                   f"{biggest.allocatable.get('cpu', '0')} CPU, {biggest.allocatable.get('memory', '0')} memory)")
+        found.append(Shortfall(
+            field,
+            "InsufficientCapacity",
+            f"spec.{field}: {group.replicas} pod(s) of {_describe(group)} cannot be placed: {why}. Judged from what "
+            f"the nodes can allocate, not current use; add nodes to the pool, change the role's nodeSelector or "
+            f"tolerations, or lower its gpus/replicas. The job starts by itself once the nodes exist.",
+        ))
+    return found
+
+
+def gpu_memory_by_role(plan: Plan, nodes: Sequence[NodeView], override: int | None) -> dict[str, int]:
+    """Bytes of one GPU for each role: placement.gpuMemory, else the smallest label among its usable nodes."""
+    memory: dict[str, int] = {}
+    for group in plan.groups:
+        if override is not None:
+            memory[group.role] = override
+            continue
+        labels = [n.labels.get(GPU_MEMORY_LABEL, "") for n in nodes if usable(n, group.pod)]
+        mib = [int(v) for v in labels if v.isdigit()]
+        if mib:
+            memory[group.role] = min(mib) * 2**20
+    return memory

@@ -1,0 +1,87 @@
+"""The preflight Job ``<job>-preflight``: `grpo-train --preflight` on the job's real files, before any GPU.
+
+CPU only, from the trainer image, where the Ray head would run (the GPU-free placement the user
+chose), with the pods' own mounts: the same verl.yaml, the model and data claims read-only, the reward
+ConfigMap, and the checkpoint claim read-write, because whether the trainer can write there is one
+of the questions (the probe writes and removes one file of its own). Restricted securityContext, as
+the trainer image's user. The verdict comes back as the container's termination message (JSON).
+
+The Job is annotated with the digest of what it checks (its pod template and verl.yaml): the operator
+compares it with the digest the GRPOJob's status expects, so a Job of an older spec is never believed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from grpo_operator.api import GRPOJobSpec
+from grpo_operator.plan import Plan
+from grpo_operator.render.common import (
+    DIGEST_ANNOTATION,
+    apply_pod_placement,
+    content_digest,
+    metadata,
+    pod_metadata,
+    restricted_container_security,
+    restricted_pod_security,
+    trainer_env,
+)
+from grpo_operator.render.rayjob import trainer_volumes
+from grpo_operator.render.verl_config import render_verl_config
+
+COMPONENT = "preflight"
+
+
+def preflight_command(plan: Plan, gpu_memory: Mapping[str, int]) -> list[str]:
+    command = ["grpo-train", "--preflight", "--config_path", plan.mounts.config_file]
+    for role, amount in sorted(gpu_memory.items()):
+        command += ["--gpu-memory", f"{role}={amount}"]
+    return command
+
+
+def render_preflight_job(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> dict[str, Any]:
+    """The Job checking `spec` as planned; `gpu_memory`: bytes per GPU of each role's pool, where known."""
+    resources = {"cpu": str(spec.preflight.resources.cpu), "memory": str(spec.preflight.resources.memory)}
+    vols = trainer_volumes(spec, plan, "head")  # the driver's mounts: data, checkpoints, models, reward
+    container = {
+        "name": COMPONENT,
+        "image": plan.image,
+        "command": preflight_command(plan, gpu_memory),
+        "env": trainer_env(spec, plan),
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": vols.mounts,
+        "securityContext": restricted_container_security(),
+        # A crash before the verdict is written still says something: the log's last lines.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": plan.service_account,
+        # It reads files, not the API.
+        "automountServiceAccountToken": False,
+        "securityContext": restricted_pod_security(),
+        "containers": [container],
+        "volumes": vols.volumes,
+    }
+    apply_pod_placement(pod_spec, spec, plan.head)
+    template = {"metadata": pod_metadata(spec, plan, COMPONENT), "spec": pod_spec}
+    digest = content_digest(template, render_verl_config(spec, plan))
+    meta = metadata(plan, plan.names.preflight_job, COMPONENT)
+    meta["annotations"] = {DIGEST_ANNOTATION: digest}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            # Deterministic checks: a retry would fail the same way, and the verdict is the first pod's.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": spec.preflight.timeout_seconds,
+            "template": template,
+        },
+    }
+
+
+def rendered_digest(child: Mapping[str, Any]) -> str | None:
+    """The digest a child was rendered with (None when it carries none)."""
+    return ((child.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
