@@ -3,6 +3,10 @@
 Starts the control plane (building it on first use), installs our CRD (KubeRay's comes with the
 cluster), starts the operator, applies every manifest in examples/, waits for the jobs to finish and
 prints `kubectl get grpojobs`. Pods are simulated by KWOK: nothing trains here.
+
+`--real` (root, Linux): the real node beside the KWOK nodes and the trainer image built from its
+Dockerfile; a rehearsal GRPOJob (rehearsal_job.py) whose Ray cluster really forms on the real node and
+whose driver really runs `grpo-train --rehearsal` in the image. No GPU: nothing trains there either.
 """
 
 from __future__ import annotations
@@ -17,14 +21,33 @@ from pathlib import Path
 from .cluster import LocalCluster, Ports
 from .errors import DevClusterError
 from .operator_runner import ROOT, OperatorProcess, install_crd, prepare_job_namespace
+from .rehearsal_job import prepare_namespace, rehearsal_job
 
 NAMESPACE = "demo"
 TERMINAL = {"Succeeded", "Failed", "Invalid"}
 
 
-def _phases(cluster: LocalCluster) -> dict[str, str]:
-    jobs = json.loads(cluster.kubectl("get", "grpojobs", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+REAL_NAMESPACE = "demo-real"
+REAL_JOB = "tiny-rehearsal"
+
+
+def _phases(cluster: LocalCluster, namespace: str = NAMESPACE) -> dict[str, str]:
+    jobs = json.loads(cluster.kubectl("get", "grpojobs", "-n", namespace, "-o", "json").stdout)["items"]
     return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in jobs}
+
+
+def _wait_terminal(cluster: LocalCluster, namespace: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        phases = _phases(cluster, namespace)
+        summary = ", ".join(f"{k}={v or '-'}" for k, v in sorted(phases.items()))
+        if summary != last:
+            print(f"   {summary}", flush=True)
+            last = summary
+        if phases and all(p in TERMINAL for p in phases.values()):
+            return
+        time.sleep(1)
 
 
 def run(keep: bool, timeout: float) -> int:
@@ -43,17 +66,7 @@ def run(keep: bool, timeout: float) -> int:
         for example in examples:
             print(f"== kubectl apply -n {NAMESPACE} -f {example.relative_to(ROOT)}", flush=True)
             print(cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(example)).stdout.strip(), flush=True)
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            phases = _phases(cluster)
-            summary = ", ".join(f"{k}={v or '-'}" for k, v in sorted(phases.items()))
-            if summary != last:
-                print(f"   {summary}", flush=True)
-                last = summary
-            if phases and all(p in TERMINAL for p in phases.values()):
-                break
-            time.sleep(1)
+        _wait_terminal(cluster, NAMESPACE, timeout)
         print("== kubectl get grpojobs; kubectl get rayjobs,jobs,pvc (namespace demo)", flush=True)
         print(cluster.kubectl("get", "grpojobs", "-n", NAMESPACE).stdout)
         print(cluster.kubectl("get", "rayjobs,jobs,pvc", "-n", NAMESPACE).stdout)
@@ -71,13 +84,56 @@ def run(keep: bool, timeout: float) -> int:
             cluster.stop()
 
 
+def run_real(keep: bool, timeout: float) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="grpo-demo-real-"))
+    cluster = LocalCluster(workdir, Ports.free(), real_node=True)
+    operator: OperatorProcess | None = None
+    print("== starting the local control plane and the real node (containerd, kubelet, CoreDNS)", flush=True)
+    cluster.start()
+    try:
+        install_crd(cluster)
+        print("== building the trainer image from images/trainer/Dockerfile (cached) into the node", flush=True)
+        trainer = cluster.load_node_images(("trainer",))["trainer"]
+        operator = OperatorProcess(cluster, cluster.log_dir).start()
+        print(f"== operator running (log: {operator.log}); model, prompts and reward on the node's volumes",
+              flush=True)
+        prepare_namespace(cluster, REAL_NAMESPACE)
+        print(f"== kubectl apply -n {REAL_NAMESPACE}: GRPOJob {REAL_JOB} (spec.rehearsal: true, {trainer})",
+              flush=True)
+        cluster.apply({**rehearsal_job(REAL_JOB, image=trainer), "metadata": {"name": REAL_JOB,
+                                                                              "namespace": REAL_NAMESPACE}})
+        _wait_terminal(cluster, REAL_NAMESPACE, timeout)
+        print(cluster.kubectl("get", "grpojobs", "-n", REAL_NAMESPACE).stdout)
+        print(cluster.kubectl("get", "pods", "-n", REAL_NAMESPACE, "-o", "wide").stdout)
+        job = json.loads(cluster.kubectl("get", "grpojob", REAL_JOB, "-n", REAL_NAMESPACE, "-o", "json").stdout)
+        rehearsal = (job.get("status") or {}).get("rehearsal") or {}
+        print("== status.rehearsal (what grpo-train --rehearsal checked in the Ray cluster)")
+        for check in rehearsal.get("checks") or []:
+            print(f"   {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['message']}")
+        print("Note: the Ray cluster, the driver and every check ran for real on this machine's CPUs; the node's\n"
+              "8 nvidia.com/gpu are an extended resource without devices, so no GPU work runs (README).")
+        if keep:
+            print(f"\nCluster left running: export KUBECONFIG={cluster.kubeconfig}; "
+                  f"stop with: grpo-devcluster stop --dir {workdir}")
+        return 0 if _phases(cluster, REAL_NAMESPACE).get(REAL_JOB) == "Succeeded" else 1
+    finally:
+        if not keep:
+            if operator:
+                operator.stop()
+            cluster.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the cluster and the operator running")
-    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--real", action="store_true",
+                        help="a rehearsal GRPOJob whose Ray cluster really forms on the real node (root)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds to wait for the jobs (300; --real 900)")
     args = parser.parse_args(argv)
     try:
-        return run(args.keep, args.timeout)
+        if args.real:
+            return run_real(args.keep, args.timeout or 900)
+        return run(args.keep, args.timeout or 300)
     except DevClusterError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1

@@ -10,16 +10,13 @@ import pytest
 from grpo_devcluster import node_config
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.operator_runner import OperatorProcess
+from grpo_devcluster.rehearsal_job import ON_REAL_NODE
 
 from ..helm import Release, helm, install
 from ..kube import get, wait_for
 
 OPERATOR_NAMESPACE = "grpo-system"
-# Pods of a test that must run for real: on the real node, tolerating its taint.
-ON_REAL_NODE = {
-    "nodeSelector": {node_config.NODE_LABEL: node_config.NODE_LABEL_VALUE},
-    "tolerations": [{"key": node_config.NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
-}
+__all__ = ["ON_REAL_NODE", "OPERATOR_NAMESPACE", "NodeImages"]
 
 
 @dataclass(frozen=True)

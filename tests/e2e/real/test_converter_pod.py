@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from grpo_devcluster import node_config
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.node_volumes import STORAGE_CLASS
-from grpo_devcluster.operator_runner import claim_manifest, prepare_job_namespace
+from grpo_devcluster.operator_runner import prepare_job_namespace
+from grpo_devcluster.rehearsal_job import node_claim
 
 from ..grpojobs import apply_job, example, wait_phase
 from ..helm import Release
-from ..kube import create_namespace, get, wait_for
+from ..kube import create_namespace, get
 from .conftest import ON_REAL_NODE
 
 pytestmark = pytest.mark.e2e
@@ -33,16 +33,6 @@ JOB = "export-real"
 TINY_QWEN2 = {"vocab_size": 98, "hidden_size": 32, "intermediate_size": 36, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
               "tie_word_embeddings": True}
-
-
-def node_claim(cluster: LocalCluster, namespace: str, name: str) -> Path:
-    """A claim of the real node's StorageClass, bound; returns its directory on this host."""
-    body = claim_manifest(namespace, name, size="1Gi")
-    body["spec"] |= {"storageClassName": STORAGE_CLASS, "accessModes": ["ReadWriteOnce"]}
-    cluster.apply(body)
-    volume = wait_for(f"claim {name} bound", lambda: get(cluster, "pvc", name, "-n", namespace)["spec"].get(
-        "volumeName"), timeout=60)
-    return Path(get(cluster, "pv", volume)["spec"]["hostPath"]["path"])
 
 
 def write_fsdp_checkpoint(root: Path, step: int) -> None:

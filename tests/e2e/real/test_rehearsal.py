@@ -1,0 +1,101 @@
+"""A real Ray cluster from the trainer image on the real node, through spec.rehearsal.
+
+The GRPOJob's RayCluster forms for real (head, actor and rollout pods from the trainer image, each Ray node
+advertising its role's resource), KubeRay's submitter submits `grpo-train --rehearsal` to the real dashboard,
+and the driver runs the job's real entrypoint up to the point of training: the preflight's checks on the
+pods' real mounts (a tiny Qwen2 model and tokenizer built here, prompts, the reward function), verl's pools
+placed on their roles' Ray nodes with a probe in every bundle, the checkpoint directory written by the actor
+and read by the driver. Its verdict becomes status.rehearsal and the Rehearsal condition.
+
+A broken reward function is caught by the preflight pod (real, on the real node) before any Ray pod exists;
+with the preflight off, the rehearsal in the Ray cluster catches it instead and the job fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from grpo_devcluster import node_config
+from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.rehearsal_job import prepare_namespace, rehearsal_job
+
+from ..grpojobs import apply_job, wait_phase
+from ..helm import Release
+from ..kube import create_namespace, get
+
+pytestmark = pytest.mark.e2e
+
+@pytest.fixture(scope="module")
+def rehearsal_namespace(real_node: LocalCluster, operator_pod: Release) -> str:
+    """Model, prompts and reward functions on the real node's volumes, as a user would put them there."""
+    namespace = create_namespace(real_node, "rehearsal-real")
+    prepare_namespace(real_node, namespace)
+    return namespace
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions") or [] if c["type"] == kind)
+
+
+def _job_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [p for p in get(cluster, "pods", "-n", namespace)["items"] if p["metadata"]["name"].startswith(name)]
+
+
+def test_broken_reward_function_is_refused_by_the_real_preflight_pod_before_any_ray_pod(
+        real_node: LocalCluster, rehearsal_namespace: str) -> None:
+    name = "rehearse-preflight"
+    apply_job(real_node, rehearsal_namespace, rehearsal_job(name, "broken.py", preflight=True))
+    wait_phase(real_node, rehearsal_namespace, name, "Invalid", timeout=420)
+
+    status = get(real_node, "grpojob", name, "-n", rehearsal_namespace)["status"]
+    preflight = _condition(status, "Preflight")
+    assert preflight["status"] == "False", preflight
+    assert "reward" in preflight["message"] and "no-such-key" in preflight["message"], preflight["message"]
+    assert not get(real_node, "rayjobs", "-n", rehearsal_namespace)["items"]
+    (pod,) = _job_pods(real_node, rehearsal_namespace, f"{name}-preflight")
+    assert pod["spec"]["nodeName"] == node_config.NODE_NAME
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+
+
+def test_rehearsal_forms_the_ray_cluster_and_places_every_pool_on_its_roles_pod(
+        real_node: LocalCluster, rehearsal_namespace: str) -> None:
+    name = "rehearse-ok"
+    apply_job(real_node, rehearsal_namespace, rehearsal_job(name, "good.py", preflight=True))
+    seen = wait_phase(real_node, rehearsal_namespace, name, "Succeeded", timeout=900)
+    assert "Preflight" in seen and "Running" in seen, seen
+
+    status = get(real_node, "grpojob", name, "-n", rehearsal_namespace)["status"]
+    rehearsal = _condition(status, "Rehearsal")
+    assert rehearsal["status"] == "True", rehearsal
+    checks = {c["name"]: c for c in status["rehearsal"]["checks"]}
+    assert status["rehearsal"]["passed"] is True
+    for check in ("ray.placement.global_pool", "ray.placement.rollout_pool_0", "checkpoints.shared",
+                  "reward.function", "model.config"):
+        assert checks[check]["ok"], checks.get(check)
+    assert "ran on its role's pods" in checks["ray.placement.global_pool"]["message"]
+    assert "actor" in checks["ray.placement.global_pool"]["message"]
+    # every Ray pod of the job ran on the real node, from the trainer image
+    ray_pods = [p for p in _job_pods(real_node, rehearsal_namespace, name) if "ray.io/node-type" in
+                p["metadata"].get("labels", {})]
+    assert {p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods} == {"head", "worker"}
+    assert len(ray_pods) == 3
+    assert {p["spec"]["nodeName"] for p in ray_pods} == {node_config.NODE_NAME}
+    # nothing was trained: no checkpoint step in the job's directory
+    assert "export" not in status or not status["export"]
+
+
+def test_without_the_preflight_the_rehearsal_in_the_ray_cluster_fails_the_job_naming_the_reward(
+        real_node: LocalCluster, rehearsal_namespace: str) -> None:
+    name = "rehearse-broken"
+    apply_job(real_node, rehearsal_namespace, rehearsal_job(name, "broken.py", preflight=False))
+    wait_phase(real_node, rehearsal_namespace, name, "Failed", timeout=900)
+
+    status = get(real_node, "grpojob", name, "-n", rehearsal_namespace)["status"]
+    rehearsal = _condition(status, "Rehearsal")
+    assert rehearsal["status"] == "False", rehearsal
+    failed = [c for c in status["rehearsal"]["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["reward.function"], failed
+    assert "no-such-key" in failed[0]["message"]
+    # the pools were placed all the same: only the reward function failed
+    assert next(c for c in status["rehearsal"]["checks"] if c["name"] == "ray.placement.global_pool")["ok"]
