@@ -75,11 +75,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def job_manifest(name: str, gpus: int, suspend: bool = False) -> dict:
-    """The colocated length example on `gpus` GPUs of one node (4: two jobs share a server)."""
+def job_manifest(name: str, gpus: int, suspend: bool = False, preflight: bool = False) -> dict:
+    """The colocated length example on `gpus` GPUs of one node (4: two jobs share a server).
+
+    Without the preflight by default: with it, "ours" also holds the preflight pod's life (scheduling,
+    KWOK's simulated run), which earlier rounds' figures do not; `--preflight` measures that path."""
     body = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     body["metadata"] = {"name": name}
     body["spec"]["placement"]["roles"]["actor"]["gpus"] = gpus
+    body["spec"]["preflight"] = {"enabled": preflight}
     if suspend:
         body["spec"]["scheduling"] = {**body["spec"].get("scheduling", {}), "suspend": True}
     return body
@@ -240,7 +244,7 @@ def prepare_namespace(cluster: LocalCluster, namespace: str) -> None:
 
 
 def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, audit_log: Path, jobs: int, gpus: int,
-              timeout: float, settle: float) -> BurstResult:
+              timeout: float, settle: float, preflight: bool = False) -> BurstResult:
     namespace = f"bench-{jobs}"
     prepare_namespace(cluster, namespace)
     seen, stop = Seen(), threading.Event()
@@ -251,7 +255,7 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
     audit_offset = audit_log.stat().st_size
     cpu_before, load = cpu_seconds(pid), os.getloadavg()
     started = time.monotonic()
-    create_all(namespace, [job_manifest(n, gpus) for n in names])
+    create_all(namespace, [job_manifest(n, gpus, preflight=preflight) for n in names])
 
     def done() -> bool:
         with seen.lock:
@@ -432,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
                              "for the operator's own cost on this machine")
     parser.add_argument("--samples", type=Path, default=None,
                         help="write each job's stage times (monotonic seconds) to SAMPLES-<N>.json")
+    parser.add_argument("--preflight", action="store_true",
+                        help="jobs with the preflight Job before the RayJob (default: without, as earlier rounds)")
     parser.add_argument("--as-image", action="store_true",
                         help="run the operator with only the operator image's locked packages (a venv in --workdir)")
     args = parser.parse_args(argv)
@@ -459,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 if kind == "burst":
                     result = run_burst(cluster, operator, workdir / "audit" / "audit.log", jobs, args.gpus,
-                                       args.timeout, args.settle)
+                                       args.timeout, args.settle, args.preflight)
                     print(report(result), flush=True)
                     if args.samples:
                         out = args.samples.with_name(f"{args.samples.stem}-{jobs}.json")
