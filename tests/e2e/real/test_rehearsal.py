@@ -20,11 +20,13 @@ from grpo_devcluster import node_config
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.rehearsal_job import prepare_namespace, rehearsal_job
 
-from ..grpojobs import apply_job, wait_phase
+from ..grpojobs import apply_job
 from ..helm import Release
-from ..kube import create_namespace, get
+from ..kube import create_namespace, get, wait_for
+from .conftest import NodeImages
 
 pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def rehearsal_namespace(real_node: LocalCluster, operator_pod: Release) -> str:
@@ -42,13 +44,36 @@ def _job_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str
     return [p for p in get(cluster, "pods", "-n", namespace)["items"] if p["metadata"]["name"].startswith(name)]
 
 
+def run_to(cluster: LocalCluster, namespace: str, body: dict[str, Any], wanted: str
+           ) -> tuple[dict[str, Any], list[str], dict[str, dict[str, Any]]]:
+    """Apply the job and wait for phase `wanted`; (its status, the phases seen, every pod seen on the way,
+    by name: a passed rehearsal's Ray pods are deleted as soon as it succeeds)."""
+    name = body["metadata"]["name"]
+    apply_job(cluster, namespace, body)
+    pods: dict[str, dict[str, Any]] = {}
+    phases: list[str] = []
+
+    def reached() -> bool:
+        pods.update({p["metadata"]["name"]: p for p in _job_pods(cluster, namespace, name)
+                     if p["spec"].get("nodeName")})
+        current = (get(cluster, "grpojob", name, "-n", namespace).get("status") or {}).get("phase")
+        if current and (not phases or phases[-1] != current):
+            phases.append(current)
+        return current == wanted
+
+    try:
+        wait_for(f"GRPOJob {name} phase {wanted}", reached, timeout=900, interval=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; phases {phases}; status {get(cluster, 'grpojob', name, '-n', namespace)}"
+                             ) from None
+    return get(cluster, "grpojob", name, "-n", namespace)["status"], phases, pods
+
+
 def test_broken_reward_function_is_refused_by_the_real_preflight_pod_before_any_ray_pod(
         real_node: LocalCluster, rehearsal_namespace: str) -> None:
     name = "rehearse-preflight"
-    apply_job(real_node, rehearsal_namespace, rehearsal_job(name, "broken.py", preflight=True))
-    wait_phase(real_node, rehearsal_namespace, name, "Invalid", timeout=420)
+    status, _, pods = run_to(real_node, rehearsal_namespace, rehearsal_job(name, "broken.py"), "Invalid")
 
-    status = get(real_node, "grpojob", name, "-n", rehearsal_namespace)["status"]
     preflight = _condition(status, "Preflight")
     assert preflight["status"] == "False", preflight
     assert "reward" in preflight["message"] and "no-such-key" in preflight["message"], preflight["message"]
@@ -56,46 +81,46 @@ def test_broken_reward_function_is_refused_by_the_real_preflight_pod_before_any_
     (pod,) = _job_pods(real_node, rehearsal_namespace, f"{name}-preflight")
     assert pod["spec"]["nodeName"] == node_config.NODE_NAME
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+    assert list(pods) == [pod["metadata"]["name"]]  # no Ray pod ever
+
+
+def _ray_pods(pods: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods.values() if "ray.io/node-type" in p["metadata"].get("labels", {})]
 
 
 def test_rehearsal_forms_the_ray_cluster_and_places_every_pool_on_its_roles_pod(
-        real_node: LocalCluster, rehearsal_namespace: str) -> None:
+        real_node: LocalCluster, node_images: NodeImages, rehearsal_namespace: str) -> None:
     name = "rehearse-ok"
-    apply_job(real_node, rehearsal_namespace, rehearsal_job(name, "good.py", preflight=True))
-    seen = wait_phase(real_node, rehearsal_namespace, name, "Succeeded", timeout=900)
-    assert "Preflight" in seen and "Running" in seen, seen
+    status, phases, pods = run_to(real_node, rehearsal_namespace, rehearsal_job(name, "good.py"), "Succeeded")
+    assert "Preflight" in phases and "Running" in phases, phases
 
-    status = get(real_node, "grpojob", name, "-n", rehearsal_namespace)["status"]
-    rehearsal = _condition(status, "Rehearsal")
-    assert rehearsal["status"] == "True", rehearsal
-    checks = {c["name"]: c for c in status["rehearsal"]["checks"]}
+    assert _condition(status, "Rehearsal")["status"] == "True", status["conditions"]
     assert status["rehearsal"]["passed"] is True
+    checks = {c["name"]: c for c in status["rehearsal"]["checks"]}
     for check in ("ray.placement.global_pool", "ray.placement.rollout_pool_0", "checkpoints.shared",
-                  "reward.function", "model.config"):
+                  "reward.function", "model.config", "model.tokenizer"):
         assert checks[check]["ok"], checks.get(check)
     assert "ran on its role's pods" in checks["ray.placement.global_pool"]["message"]
-    assert "actor" in checks["ray.placement.global_pool"]["message"]
-    # every Ray pod of the job ran on the real node, from the trainer image
-    ray_pods = [p for p in _job_pods(real_node, rehearsal_namespace, name) if "ray.io/node-type" in
-                p["metadata"].get("labels", {})]
-    assert {p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods} == {"head", "worker"}
-    assert len(ray_pods) == 3
+    assert "(actor)" in checks["ray.placement.global_pool"]["message"]
+    assert "(rollout)" in checks["ray.placement.rollout_pool_0"]["message"]
+    # the head and one worker per role, every one on the real node, from the trainer image
+    ray_pods = _ray_pods(pods)
+    assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods) == ["head", "worker", "worker"]
     assert {p["spec"]["nodeName"] for p in ray_pods} == {node_config.NODE_NAME}
-    # nothing was trained: no checkpoint step in the job's directory
-    assert "export" not in status or not status["export"]
+    assert {c["image"] for p in ray_pods for c in p["spec"]["containers"]} == {node_images.trainer}
+    assert not status.get("export")  # nothing trained, nothing exported
 
 
 def test_without_the_preflight_the_rehearsal_in_the_ray_cluster_fails_the_job_naming_the_reward(
         real_node: LocalCluster, rehearsal_namespace: str) -> None:
     name = "rehearse-broken"
-    apply_job(real_node, rehearsal_namespace, rehearsal_job(name, "broken.py", preflight=False))
-    wait_phase(real_node, rehearsal_namespace, name, "Failed", timeout=900)
+    status, _, pods = run_to(real_node, rehearsal_namespace,
+                             rehearsal_job(name, "broken.py", preflight=False), "Failed")
 
-    status = get(real_node, "grpojob", name, "-n", rehearsal_namespace)["status"]
-    rehearsal = _condition(status, "Rehearsal")
-    assert rehearsal["status"] == "False", rehearsal
+    assert _condition(status, "Rehearsal")["status"] == "False", status["conditions"]
     failed = [c for c in status["rehearsal"]["checks"] if not c["ok"]]
     assert [c["name"] for c in failed] == ["reward.function"], failed
     assert "no-such-key" in failed[0]["message"]
-    # the pools were placed all the same: only the reward function failed
+    # the pools were placed all the same: only the reward function failed, in the real Ray cluster
     assert next(c for c in status["rehearsal"]["checks"] if c["name"] == "ray.placement.global_pool")["ok"]
+    assert len(_ray_pods(pods)) == 3

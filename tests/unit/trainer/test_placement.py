@@ -11,6 +11,7 @@ from grpo_trainer.config import worker_env
 from grpo_trainer.placement import pinned_bundles, role_for_pool
 from grpo_trainer.settings import GrpoSettings
 from grpo_trainer.worker_setup import SETUP_HOOK
+from ray_nodes import ray_nodes
 
 ROLE_RESOURCES = {"actor": "grpo.dev/actor", "rollout": "grpo.dev/rollout", "reward": "grpo.dev/reward"}
 # node -> (GPUs, role); every GPU needs verl's 3 CPUs per bundle (2 for standalone rollout pools)
@@ -42,28 +43,11 @@ def test_bundles_of_unconfigured_roles_stay_as_verl_built_them() -> None:
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "include_dashboard": False,
-            "resources": {"head": 1},
-            # CI machines are small and shared: a raylet starved for a few seconds must not be
-            # declared dead (which drops its node and leaves a pool unplaceable)
-            "_system_config": {"health_check_failure_threshold": 60, "health_check_timeout_ms": 10000},
-        },
-    )
-    for role, gpus in NODES.items():
-        cluster.add_node(num_cpus=3 * gpus, num_gpus=gpus, resources={ROLE_RESOURCES[role]: gpus})
-    cluster.wait_for_nodes()
-    try:
+    pytest.importorskip("ray")
+    nodes = [{"num_cpus": 3 * gpus, "num_gpus": gpus, "resources": {ROLE_RESOURCES[role]: gpus}}
+             for role, gpus in NODES.items()]
+    with ray_nodes({"num_cpus": 2, "resources": {"head": 1}}, nodes) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _create_pools(specs: list[tuple[dict[str, list[int]], int]]) -> dict[str, list[dict[str, Any]]]:

@@ -3,6 +3,7 @@ fake GPUs and our role resources, as the job's pods advertise them; and its verd
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ from grpo_trainer.preflight.verdict import Check, Verdict
 from grpo_trainer.rehearsal.live import BundleReport, checkpoint_check, gpu_checks, place_and_probe, placement_check
 from grpo_trainer.rehearsal.pools import Pool
 from grpo_trainer.rehearsal.run import STATUS_TEXT_LIMIT, build_rehearsal_patch, summary_lines
+from ray_nodes import ray_nodes
 
 ROLE_RESOURCES = {"actor": "grpo.dev/actor", "rollout": "grpo.dev/rollout", "reward": "grpo.dev/reward"}
 
@@ -21,25 +23,11 @@ ROLE_RESOURCES = {"actor": "grpo.dev/actor", "rollout": "grpo.dev/rollout", "rew
 def role_cluster() -> Iterator[Any]:
     """A head without GPUs, an actor node of 2 GPUs and a reward node of 1, like the job's pods."""
     ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": False,
-            "_system_config": {"health_check_failure_threshold": 60, "health_check_timeout_ms": 10000},
-        },
-    )
-    cluster.add_node(num_cpus=6, num_gpus=2, resources={ROLE_RESOURCES["actor"]: 2})
-    cluster.add_node(num_cpus=3, num_gpus=1, resources={ROLE_RESOURCES["reward"]: 1})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    try:
+    nodes = [{"num_cpus": 6, "num_gpus": 2, "resources": {ROLE_RESOURCES["actor"]: 2}},
+             {"num_cpus": 3, "num_gpus": 1, "resources": {ROLE_RESOURCES["reward"]: 1}}]
+    with ray_nodes({"num_cpus": 1}, nodes) as cluster:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _node_resources(node_id: str) -> dict[str, float]:
@@ -51,7 +39,7 @@ def _node_resources(node_id: str) -> dict[str, float]:
 @pytest.mark.slow
 def test_every_bundle_is_probed_on_a_node_of_its_role(role_cluster: Any, tmp_path: Path) -> None:
     pools = [Pool("global_pool", (2,), 3), Pool("reward_pool", (1,), 3)]
-    checks, reports = place_and_probe(pools, ROLE_RESOURCES, str(tmp_path), timeout_s=60)
+    checks, reports = place_and_probe(pools, ROLE_RESOURCES, str(tmp_path), timeout_s=240)
     by_name = {c.name: c for c in checks}
     assert by_name["ray.placement.global_pool"].ok, by_name["ray.placement.global_pool"].message
     assert by_name["ray.placement.reward_pool"].ok
@@ -68,6 +56,9 @@ def test_every_bundle_is_probed_on_a_node_of_its_role(role_cluster: Any, tmp_pat
     # and the pools' placement groups are removed: a training run after the rehearsal gets the GPUs
     import ray
 
+    deadline = time.monotonic() + 60  # removing a placement group is asynchronous
+    while ray.available_resources().get("GPU") != 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert ray.available_resources().get("GPU") == 3
 
 
