@@ -143,7 +143,7 @@ def input_digest(root: Path, recipe: ImageRecipe, base_key: str) -> str:
 
 def base_key(python_version: str) -> str:
     """Changes whenever what the base is built from changes (the image name keeps the public one)."""
-    recipe = f"{DEBIAN_SUITE} minbase {' '.join(sorted(BASE_PACKAGES))} cpython {python_version} v1"
+    recipe = f"{DEBIAN_SUITE} minbase {' '.join(sorted(BASE_PACKAGES))} cpython {python_version} v2"
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
@@ -209,7 +209,9 @@ def find_python312() -> Path:
     candidates += sorted(Path.home().glob(".pyenv/versions/3.12.*"), reverse=True)
     for prefix in candidates:
         if (prefix / "bin" / "python3.12").is_file() and (prefix / "lib" / "libpython3.12.so.1.0").is_file():
-            return prefix
+            # The scripts' shebangs name the real path: a prefix reached through a link (a linked
+            # ~/.pyenv) would leave pip pointing at a path the image does not have.
+            return prefix.resolve()
     raise DevClusterError("images", "no CPython 3.12 with a shared libpython found (pyenv's 3.12.x, or set "
                           "GRPO_BASE_PYTHON_PREFIX to an install prefix); the stand-in base needs one")
 
@@ -253,6 +255,8 @@ def build_base(buildah: Buildah) -> str:
         _run(["chroot", str(rootfs), "ldconfig"], "ldconfig in the base", buildah.log)
         _run(["chroot", str(rootfs), "python3", "-c", "import ssl, sqlite3, ctypes, venv, ensurepip"],
              "checking the base's CPython", buildah.log)
+        _run(["chroot", str(rootfs), "pip", "--version"], "checking the base's pip (its shebang relocated)",
+             buildah.log)
         container = buildah.run("from", "scratch", what="buildah from scratch").stdout.strip()
         try:
             buildah.run("copy", container, str(rootfs), "/", what="copying the base's root filesystem")

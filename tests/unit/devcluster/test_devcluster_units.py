@@ -107,3 +107,19 @@ def test_failed_build_names_the_component_and_leaves_no_partial_output(tmp_path:
     assert error.value.component == "broken"
     assert "undefined" in str(error.value)
     assert not list((tmp_path / "cache").glob("broken-*"))
+
+
+def test_the_base_python_prefix_is_the_real_path_its_scripts_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    # pip's shebang names the interpreter's real path; a prefix reached through a link (a linked
+    # ~/.pyenv) would be relocated nowhere and leave pip unrunnable in the image.
+    from grpo_devcluster import images
+
+    real = tmp_path / "pythons" / "3.12.1"
+    (real / "bin").mkdir(parents=True)
+    (real / "lib").mkdir()
+    (real / "bin" / "python3.12").write_text("")
+    (real / "lib" / "libpython3.12.so.1.0").write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "pythons")
+    monkeypatch.setenv("GRPO_BASE_PYTHON_PREFIX", str(tmp_path / "linked" / "3.12.1"))
+    assert images.find_python312() == real.resolve()
