@@ -36,7 +36,7 @@ def test_reference_example_pins_roles_and_walks_to_succeeded(cluster: LocalClust
         return running if {"actor", "rollout", "reward"} <= set(running) else None
 
     pods = wait_for("actor, rollout and reward pods running", role_pods)
-    pools = {n["metadata"]["name"]: n["metadata"]["labels"][POOL_LABEL] for n in items(cluster, "nodes")}
+    pools = {n["metadata"]["name"]: n["metadata"]["labels"].get(POOL_LABEL) for n in items(cluster, "nodes")}
     assert pools[pods["actor"]["spec"]["nodeName"]] == "train"
     assert pools[pods["rollout"]["spec"]["nodeName"]] == "rollout"
     assert pools[pods["reward"]["spec"]["nodeName"]] == "rollout"
