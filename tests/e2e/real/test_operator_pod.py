@@ -63,7 +63,11 @@ def test_operator_pod_passes_its_liveness_probe_and_never_restarts(
     # Past the first probe and two more periods since the container started: probed at least twice.
     time.sleep(probe["initialDelaySeconds"] + 2 * probe["periodSeconds"] + 2)
     pod = the_pod(real_node, operator_pod)
-    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    status = pod["status"]["containerStatuses"][0]
+    if status["restartCount"]:
+        previous = real_node.kubectl("logs", "-p", "-n", operator_pod.namespace, pod["metadata"]["name"],
+                                     check=False).stdout[-3000:]
+        raise AssertionError(f"the operator restarted: {status.get('lastState')}; its log before:\n{previous}")
     events = items(real_node, "events", "-n", operator_pod.namespace,
                    f"--field-selector=involvedObject.name={pod['metadata']['name']}")
     assert not [e["message"] for e in events if e["reason"] in ("Unhealthy", "BackOff", "Failed")]
