@@ -713,7 +713,7 @@ class SchedulingSpec(ApiModel):
         ge=0,
         le=100,
         description="Times a failed run is retried (RayJob backoffLimit); each retry resumes from the latest "
-        "checkpoint.",
+        "checkpoint. A rehearsal is never retried.",
     )
     keep_failed_cluster_seconds: int = Field(
         default=300,
@@ -982,7 +982,8 @@ class GRPOJobSpec(ApiModel):
         description="Rehearse instead of train: the RayJob runs the job's real entrypoint up to the point of "
         "training (config checked by verl, every pool placed on its role's pods, GPUs per role, model, data and "
         "reward function read from the real volumes, the checkpoint volume shared by the driver and the actors), "
-        "then exits with a verdict (status.rehearsal, the Rehearsal condition). Nothing is trained or exported.",
+        "then exits with a verdict (status.rehearsal, the Rehearsal condition). Nothing is trained or exported, "
+        "and a failed rehearsal is not retried.",
     )
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Thresholds of the training-health alerts (editable)."

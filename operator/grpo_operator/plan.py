@@ -209,6 +209,9 @@ class Plan:
     export_enabled: bool = False
     # spec.rehearsal: the RayJob rehearses instead of training, and nothing is exported after it.
     rehearsal: bool = False
+    # RayJob backoffLimit: spec.scheduling.retries, none for a rehearsal (its verdict is a check of the spec
+    # and the cluster, the same on every attempt; a retry would only run it again and say "resumes").
+    retries: int = 0
     mounts: Mounts = MOUNTS
 
     @property
@@ -641,6 +644,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         reward_function_path=reward_function_path,
         export_enabled=spec.export.enabled,
         rehearsal=spec.rehearsal,
+        retries=0 if spec.rehearsal else spec.scheduling.retries,
         checkpoint_sub_path=checkpoint_sub_path(namespace, name),
         checkpoint_access_modes=access_modes,
         writers_share_node=share_node,

@@ -140,7 +140,7 @@ def _facts(job: dict) -> _Facts | None:
         except (ValidationError, PlanError):
             return None
         found = _Facts(
-            job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_spec.scheduling.retries,
+            job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_plan.retries,
             job_spec.checkpoints.resume,
         )
         if len(_FACTS) >= _FACTS_MAX:

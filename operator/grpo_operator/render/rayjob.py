@@ -184,7 +184,7 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         "ttlSecondsAfterFinished": spec.scheduling.keep_failed_cluster_seconds,
         # Each retry is a new RayCluster on the same checkpoint volume; verl's resume_mode=auto
         # makes it continue from the latest checkpoint.
-        "backoffLimit": spec.scheduling.retries,
+        "backoffLimit": plan.retries,
         "suspend": spec.scheduling.suspend,
         # The submitter Job's pod carries the job's pull secrets, account, placement and Pod Security
         # (render/submitter.py says why not KubeRay's default pod or SidecarMode).

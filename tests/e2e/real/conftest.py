@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from grpo_devcluster import node_config
@@ -23,6 +24,20 @@ __all__ = ["ON_REAL_NODE", "OPERATOR_NAMESPACE", "NodeImages"]
 class NodeImages:
     operator: str
     trainer: str
+
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that stops the node goes after every other real-node test: the operator pod (package-scoped,
+    set up by the first test that asks for it) would otherwise restart under the tests that check it never
+    restarts."""
+    stopping = [item for item in items if item.get_closest_marker("stops_the_node")]
+    rest = [item for item in items if not item.get_closest_marker("stops_the_node")]
+    on_real_node = [at for at, item in enumerate(rest) if Path(item.path).parent == HERE]
+    end = on_real_node[-1] + 1 if on_real_node else len(rest)
+    items[:] = rest[:end] + stopping + rest[end:]
 
 
 @pytest.fixture(scope="session")

@@ -168,6 +168,7 @@ def _host_state() -> dict[str, object]:
     }
 
 
+@pytest.mark.stops_the_node
 def test_stopping_the_node_leaves_the_host_as_it_was(real_node: LocalCluster, node_images: NodeImages) -> None:
     before = dict(real_node.node.changes.sysctls)
     created = list(real_node.node.changes.created_paths)

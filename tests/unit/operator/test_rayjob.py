@@ -232,3 +232,12 @@ def test_a_rehearsal_exports_nothing_even_with_export_enabled(reference: tuple[G
     spec, job_plan = reference
     assert spec.export.enabled and job_plan.exports
     assert not plan_of(spec.model_copy(update={"rehearsal": True})).exports
+
+
+def test_a_failed_rehearsal_is_not_retried_while_training_keeps_its_retries(
+        reference: tuple[GRPOJobSpec, Plan]) -> None:
+    spec, _ = reference
+    assert spec.scheduling.retries > 0
+    assert render_rayjob(*reference)["spec"]["backoffLimit"] == spec.scheduling.retries
+    rehearsal = spec.model_copy(update={"rehearsal": True})
+    assert render_rayjob(rehearsal, plan_of(rehearsal))["spec"]["backoffLimit"] == 0
