@@ -21,6 +21,9 @@ from grpo_operator.runtime import kube
 
 # A timer of their own, beside the creation retries (handlers.RETRIES): both may be pending for a job.
 STORAGE_CHECKS = Retries()
+# Phases in which a claim that cannot bind holds the job up: the preflight pod mounts the claims too, so
+# an unbound claim leaves it Pending and the job in Preflight as surely as it leaves Ray pods Pending.
+CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 
 
 def check_storage_later(namespace: str, name: str) -> None:
@@ -28,10 +31,10 @@ def check_storage_later(namespace: str, name: str) -> None:
 
 
 async def check_storage(namespace: str, name: str) -> None:
-    """While the job is Pending: say which of its claims cannot bind and why; look again later."""
+    """While the job waits (Preflight, Pending): say which of its claims cannot bind and why; look again later."""
     job = await kube.get_grpojob(namespace, name)
     status = (job or {}).get("status") or {}
-    if job is None or status.get("phase") != "Pending":
+    if job is None or status.get("phase") not in CLAIMS_CHECKED_IN:
         return
     try:
         job_spec, job_plan = parse(name, namespace, job["spec"])

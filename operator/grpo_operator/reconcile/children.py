@@ -31,6 +31,18 @@ def training_children(spec: GRPOJobSpec, plan: Plan) -> list[Child]:
             for obj in render_children(spec, plan)]
 
 
+# Created in the second round trip. The RayJob: its pods would be refused for a missing ServiceAccount (and
+# KubeRay would retry them later). The RoleBinding: the operator's own account has no `bind` verb, so the
+# apiserver checks the bound Role's rules against what the operator holds, and a Role created in the same
+# round trip may not exist yet (404, seen only with the chart's RBAC, never with an admin kubeconfig).
+SECOND_WAVE = ("RayJob", "RoleBinding")
+
+
+def creation_waves(children: list[Child]) -> list[list[Child]]:
+    """The children in the order they can be created: each wave at once, after the one before."""
+    return [[c for c in children if c.kind not in SECOND_WAVE], [c for c in children if c.kind in SECOND_WAVE]]
+
+
 def missing_dependencies(
     spec: GRPOJobSpec, plan: Plan, claims: set[str], configmaps: dict[str, set[str] | None]
 ) -> list[tuple[str, str, str]]:

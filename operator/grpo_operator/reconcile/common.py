@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, plan
-from grpo_operator.reconcile.children import Child
+from grpo_operator.reconcile.children import Child, creation_waves
 from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube
@@ -78,17 +78,14 @@ def conditions_hold(status: dict, updates: tuple[ConditionUpdate, ...]) -> bool:
 
 
 async def create_children(owner: kopf.Body, children: list[Child]) -> list[Child]:
-    """Create what is missing; the children the RayJob's pods use first, all at once, then the RayJob.
+    """Create what is missing, wave by wave (creation_waves).
 
-    Pods of a RayJob created earlier would be refused for a missing ServiceAccount (and KubeRay
-    would retry them later); the others do not depend on each other, so one round trip creates them.
-    A child carrying a content digest (the verl ConfigMap, the preflight Job) that exists with another
-    digest is replaced: this runs only before training starts, for a spec edited since.
+    The children of a wave do not depend on each other, so one round trip creates them. A child carrying a
+    content digest (the verl ConfigMap, the preflight Job) that exists with another digest is replaced:
+    this runs only before training starts, for a spec edited since.
     """
-    first = [c for c in children if c.kind != "RayJob"]
-    last = [c for c in children if c.kind == "RayJob"]
     created: list[Child] = []
-    for wave in (first, last):
+    for wave in creation_waves(children):
         results = await asyncio.gather(*(_ensure(owner, c) for c in wave))
         created.extend(c for c, new in zip(wave, results, strict=True) if new)
     return created

@@ -21,7 +21,7 @@ from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
 from grpo_operator.reconcile import gate
-from grpo_operator.reconcile.binding import STORAGE_CHECKS, check_storage_later
+from grpo_operator.reconcile.binding import CLAIMS_CHECKED_IN, STORAGE_CHECKS, check_storage_later
 from grpo_operator.reconcile.capacity import NodeView, capacity_shortfalls, gpu_memory_by_role, selector_string
 from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
 from grpo_operator.reconcile.common import (
@@ -275,7 +275,7 @@ async def _resync(job: dict) -> None:
             _retry_later(meta["namespace"], meta["name"], SETTINGS.error_retry_seconds)
             return
     await sync_status(meta["namespace"], meta["name"])
-    if status.get("phase") in ("Preflight", "Pending"):
+    if status.get("phase") in CLAIMS_CHECKED_IN:
         check_storage_later(meta["namespace"], meta["name"])
 
 

@@ -92,7 +92,7 @@ def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster,
     rayjob = get(real_node, "rayjob", EXAMPLE_JOB, "-n", namespace)
     assert rayjob["metadata"]["ownerReferences"][0]["kind"] == "GRPOJob"
     log = real_node.kubectl("logs", "-n", operator_pod.namespace, f"deploy/{operator_pod.fullname}").stdout
-    assert "Traceback" not in log
+    assert "Traceback" not in log, log[max(0, log.find("Traceback") - 500):][:4000]
 
 
 def test_prometheus_scrapes_the_operator_pod(real_node: LocalCluster, operator_pod: Release,

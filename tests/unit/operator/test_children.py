@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_operator.api import GRPOJob
-from grpo_operator.reconcile.children import missing_dependencies, training_children
+from grpo_operator.reconcile.children import creation_waves, missing_dependencies, training_children
 from grpojob_fixtures import plan_of
 
 
@@ -50,3 +50,10 @@ def test_reward_function_configmap_and_key_are_checked(colocated_body) -> None:
     wrong_key = missing_dependencies(job.spec, job_plan, claims, {"my-reward": {"score.py"}})
     assert [p[1] for p in wrong_key] == ["MissingConfigMapKey"]
     assert missing_dependencies(job.spec, job_plan, claims, {"my-reward": {"reward.py"}}) == []
+
+
+def test_the_rolebinding_waits_for_its_role_and_the_rayjob_for_the_service_account(reference_body) -> None:
+    job = _job(reference_body)
+    first, second = creation_waves(training_children(job.spec, plan_of(job.spec, "j")))
+    assert {"ServiceAccount", "Role", "ConfigMap", "PersistentVolumeClaim"} <= {c.kind for c in first}
+    assert sorted(c.kind for c in second) == ["RayJob", "RoleBinding"]
