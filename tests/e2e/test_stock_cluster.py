@@ -112,7 +112,8 @@ def test_a_claim_that_cannot_bind_is_named_with_its_reason_within_a_minute(
     assert (f"PersistentVolumeClaim {COLOCATED}-checkpoints (spec.checkpoints.volume) is not bound"
             in claims_bound["message"])
     assert "devcluster.grpo.dev/nobody" in claims_bound["message"]  # the claim's own Event says who should act
-    assert get(cluster, "grpojob", COLOCATED, "-n", team_ns)["status"]["phase"] == "Pending"
+    # Held before any GPU: the preflight pod mounts the claim too, so the job waits in Preflight, not Running.
+    assert get(cluster, "grpojob", COLOCATED, "-n", team_ns)["status"]["phase"] == "Preflight"
     events = items(cluster, "events", "-n", team_ns, "--field-selector", f"involvedObject.name={COLOCATED}")
     assert any(e["reason"] == "ClaimNotBound" and e["type"] == "Warning" for e in events)
 
