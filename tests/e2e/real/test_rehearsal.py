@@ -13,6 +13,7 @@ with the preflight off, the rehearsal in the Ray cluster catches it instead and 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,11 +30,15 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def rehearsal_namespace(real_node: LocalCluster, operator_pod: Release) -> str:
-    """Model, prompts and reward functions on the real node's volumes, as a user would put them there."""
+def rehearsal_namespace(real_node: LocalCluster, operator_pod: Release) -> Iterator[str]:
+    """Model, prompts and reward functions on the real node's volumes, as a user would put them there.
+
+    The jobs go afterwards: the session's operator, back once the operator pod is uninstalled, renders
+    another default trainer image and would re-run the refused job's preflight with it."""
     namespace = create_namespace(real_node, "rehearsal-real")
     prepare_namespace(real_node, namespace)
-    return namespace
+    yield namespace
+    real_node.kubectl("delete", "grpojobs", "--all", "-n", namespace, "--wait=true", timeout=180)
 
 
 def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
