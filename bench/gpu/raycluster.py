@@ -94,7 +94,11 @@ NODES_ALIVE = """
 import json, sys, ray
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
 alive = sorted(n["NodeName"] for n in ray.nodes() if n["Alive"])
-print(json.dumps({"alive": alive, "job": ray.get_runtime_context().get_job_id()}))
+try:  # the cluster's session folder (its logs/): Ray's own, no public API gives it
+    session = ray._private.worker._global_node.get_session_dir_path()
+except Exception:
+    session = None
+print(json.dumps({"alive": alive, "job": ray.get_runtime_context().get_job_id(), "session_dir": session}))
 """
 JOB_MODULUS = 16
 
@@ -123,6 +127,7 @@ class RayCluster:
     log_dir: Path | None = None
     ports: Ports | None = None
     last_job: int = 0  # the number of the last job that connected (the probes are jobs too)
+    session_dir: Path | None = None  # /tmp/ray/session_*: every node's logs/ (nodes on one machine share it)
     _procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -184,6 +189,8 @@ class RayCluster:
             if out.returncode == 0:
                 probe = json.loads(out.stdout.strip().splitlines()[-1])
                 seen, self.last_job = probe["alive"], job_number(probe["job"])
+                if probe.get("session_dir"):
+                    self.session_dir = Path(probe["session_dir"])
                 if names <= set(seen):
                     return
             time.sleep(2)
@@ -217,8 +224,48 @@ class RayCluster:
                 time.sleep(0.2)
         self._procs.clear()
 
+    def archive_logs(self, target: Path, **limits: int) -> Path | None:
+        """The cluster's Ray logs (every worker's stdout/stderr: the actors', vLLM's) as a tgz; None when the
+        session folder is unknown or has no logs. Safe after stop(): Ray leaves the session folder."""
+        if self.session_dir is None or not (self.session_dir / "logs").is_dir():
+            return None
+        return archive_logs(self.session_dir / "logs", target, **limits)
+
     def __enter__(self) -> RayCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _log_priority(path: Path) -> tuple[int, str]:
+    """Workers' stdout/stderr first (actors, vLLM servers and engines), then the raylets' and GCS's, then the rest."""
+    if path.suffix in (".out", ".err"):
+        return (0 if path.name.startswith("worker-") else 1, str(path))
+    return (2 if path.suffix == ".log" else 3, str(path))
+
+
+def archive_logs(logs: Path, target: Path, max_file_bytes: int = 1 << 20, max_total_bytes: int = 10 << 20) -> Path:
+    """logs/ -> target (tgz): regular files in priority order, each cut to its last max_file_bytes, until
+    max_total_bytes of text (the archive is never larger: it has to come back from the device in a bundle)."""
+    import io
+    import tarfile
+
+    budget = max_total_bytes
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted((p for p in logs.rglob("*") if p.is_file() and not p.is_symlink()), key=_log_priority):
+            size = path.stat().st_size
+            take = min(size, max_file_bytes, budget)
+            if take <= 0:
+                if budget <= 0:
+                    break
+                continue
+            with path.open("rb") as f:
+                f.seek(size - take)
+                data = f.read(take)
+            info = tarfile.TarInfo(str(path.relative_to(logs)) + (".tail" if take < size else ""))
+            info.size, info.mtime = len(data), int(path.stat().st_mtime)
+            tar.addfile(info, io.BytesIO(data))
+            budget -= len(data)
+    return target

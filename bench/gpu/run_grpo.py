@@ -82,6 +82,9 @@ SHARED_KV_CACHE_BYTES = 512 * 2**20
 SHARED_OBJECT_STORE_BYTES = 2 * 2**30
 SHARED_PROCESSES = 2
 MIN_TIMED_STEPS = 3  # step 1 (start-up) and at least two timed steps
+# Environment of every Ray worker of a reward-model run (through the job's runtime_env, which joins a running
+# cluster too, and wins over verl's VLLM_LOGGING_LEVEL=WARN): diagnostics only, what is computed is unchanged.
+MODEL_REWARD_WORKER_ENV = {"VLLM_LOGGING_LEVEL": "INFO", "VERL_LOGGING_LEVEL": "INFO"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class RunSpec:
     # a timed run asks for more steps than it can reach and is stopped at timeout_s on purpose: the
     # steps it reached are its sample (RunResult.ok then needs MIN_TIMED_STEPS, not every step)
     wall_capped: bool = False
+    # more verl keys (`--set KEY=VALUE`), after the shared ones: a start-up or engine variant of one run
+    extra_keys: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ("ours", "stock"):
@@ -174,6 +179,13 @@ def reward_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
             "reward.reward_model.rollout.tensor_model_parallel_size": 1,
             "reward.reward_model.rollout.gpu_memory_utilization": SHARED_GPU_UTILIZATION,
             "+reward.reward_model.rollout.engine_kwargs.vllm.kv_cache_memory_bytes": SHARED_KV_CACHE_BYTES,
+            # keep the reward server awake: verl 0.9.1 puts it to sleep when it starts (free_cache_engine,
+            # reward_model.py:48) and, with its own pool, never wakes it (only compute_rm_score does, which
+            # the agent-loop reward path skips); vLLM 0.24 queues the requests of a sleeping engine
+            # unscheduled, and verl's reward client and router wait without a timeout: step 1 never ends
+            "reward.reward_model.rollout.free_cache_engine": False,
+            # vLLM's and verl's INFO lines (reward server port, sleep/wake, router address) in the run's log
+            **{f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}": v for k, v in MODEL_REWARD_WORKER_ENV.items()},
         }
     return {}
 
@@ -228,6 +240,7 @@ def verl_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
         if spec.ray_address is None:  # a private cluster beside others: no dashboard port to fight over
             keys["+ray_kwargs.ray_init.include_dashboard"] = False
             keys["+ray_kwargs.ray_init.object_store_memory"] = SHARED_OBJECT_STORE_BYTES
+    keys.update(spec.extra_keys)
     return keys
 
 
@@ -648,7 +661,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--export", action="store_true", help="ours: grpo-export --verify and a generation afterwards")
     p.add_argument("--timeout", type=float, default=540, help="seconds per training run before it is killed")
     p.add_argument("--out", type=Path, help="write <run>.json, gzipped logs and the steps file here")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more verl key for the run(s), YAML-typed, e.g. "
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend=uni",
+    )
     return p.parse_args(argv)
+
+
+def parse_sets(items: list[str]) -> tuple[tuple[str, Any], ...]:
+    """["a.b=1", "+c=x"] -> (("a.b", 1), ("+c", "x")), values typed as YAML reads them."""
+    import yaml
+
+    pairs = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        pairs.append((key, yaml.safe_load(raw)))
+    return tuple(pairs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -668,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = {"ours": ["ours"], "stock": ["stock"], "both": ["ours", "stock"]}[a.run]
     ok = True
     for kind in kinds:
-        common = {"kind": kind, "steps": a.steps, "timeout_s": a.timeout}
+        common = {"kind": kind, "steps": a.steps, "timeout_s": a.timeout, "extra_keys": parse_sets(a.set)}
         if kind == "ours":
             common |= {"lr": a.lr, "reward": a.reward, "temperature": a.temperature, "export": a.export}
         spec = RunSpec(name=a.name if a.name and len(kinds) == 1 else kind, **common)

@@ -59,6 +59,7 @@ class BatchRun:
     spec: run_grpo.RunSpec
     nodes: tuple[NodeSpec, ...] = SINGLE_NODE
     state_check: bool = False  # query Ray's state API afterwards and check role placement
+    ray_logs: bool = False  # bring the cluster's Ray logs (every actor's and vLLM's output) back: <name>-ray-logs.tgz
 
 
 def unmeasured_batch(learn_steps: int = 30, smoke_steps: int = 10, cap_s: float = 370) -> list[BatchRun]:
@@ -80,6 +81,7 @@ def unmeasured_batch(learn_steps: int = 30, smoke_steps: int = 10, cap_s: float 
             ),
             nodes=placement_run.nodes(),
             state_check=True,
+            ray_logs=True,
         ),
         BatchRun(run_grpo.RunSpec("smoke", steps=smoke_steps, export=True, metrics_port=9404, **shared)),
     ]
@@ -166,6 +168,8 @@ def run_batch(batch: Sequence[BatchRun], paths: run_grpo.Paths, out: Path | None
             cluster.stop()
             if out is not None and (res := outcomes.get(item.spec.name)) is not None and res.result is not None:
                 run_grpo.save_result(res.result, paths, out)
+            if out is not None and item.ray_logs:
+                _archive_ray_logs(cluster, out / f"{item.spec.name}-ray-logs.tgz")
 
     with gpuwatch.GpuWatch() as watch:
         threads = [threading.Thread(target=one, args=(i, r), name=r.spec.name) for i, r in enumerate(batch)]
@@ -183,6 +187,15 @@ def run_batch(batch: Sequence[BatchRun], paths: run_grpo.Paths, out: Path | None
             (out / f.name).write_bytes(f.read_bytes())
     run_grpo.stop_ray()
     return outcomes
+
+
+def _archive_ray_logs(cluster: RayCluster, target: Path) -> None:
+    """Diagnostics only: a failure here is printed, never raised (the run's result is saved already)."""
+    try:
+        saved = cluster.archive_logs(target)
+        print(f"ray logs of {cluster.session_dir}: {saved} ({saved.stat().st_size if saved else 0} bytes)", flush=True)
+    except Exception as e:
+        print(f"ray logs of {cluster.session_dir} not saved: {type(e).__name__}: {e}", flush=True)
 
 
 def _state_or_error(url: str | None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 
 from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
-from grpo_trainer.task_runner import EarlyTaskRunner, preload_plan
+from grpo_trainer.task_runner import EarlyTaskRunner, preload_plan, start_transfer_queue, stop_transfer_queue
 
 log = logging.getLogger("grpo_trainer")
 
@@ -25,6 +26,8 @@ log = logging.getLogger("grpo_trainer")
 HEAD_NODE_RESOURCE = "node:__internal_head__"
 # start-up lines a user can grep for (and the GPU bench's start-up breakdown reads)
 PHASE_PREFIX = "grpo-train: "
+# "0": TransferQueue, the agent-loop workers and their load balancer start when verl starts them
+WARM_START_ENV = "GRPO_WARM_START"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -169,7 +172,17 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
     if config.trainer.use_v1:
         from grpo_trainer.task_runner_actor import GrpoTaskRunnerActor
 
-        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (preload_plan(config),), before_run)
+        plan = preload_plan(config)
+        if os.environ.get(WARM_START_ENV, "1") == "0":  # verl's own start-up order (grpo_trainer.task_runner)
+            plan = dataclasses.replace(plan, transfer_queue_in_driver=False, agent_loop_workers=0)
+
+        def start_then_prepare() -> None:
+            # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.task_runner)
+            if plan.transfer_queue is not None and plan.transfer_queue_in_driver:
+                start_transfer_queue(plan.transfer_queue)
+            before_run()
+
+        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), start_then_prepare)
     from verl.trainer.main_ppo_v0 import TaskRunner
 
     return EarlyTaskRunner(TaskRunner, options, (), before_run)
@@ -205,7 +218,10 @@ def run(built: BuiltConfig) -> None:
         log.info("%sdata prepared in %.1f s, while the task runner starts", PHASE_PREFIX, time.monotonic() - started)
 
     setup_worker()  # the driver creates no pools itself, but keeps the same code patched here too
-    run_ppo(built.verl, task_runner_class=task_runner_class(built.verl, before_run))
+    try:
+        run_ppo(built.verl, task_runner_class=task_runner_class(built.verl, before_run))
+    finally:
+        stop_transfer_queue()
 
 
 def show_our_info_logs() -> None:

@@ -26,6 +26,7 @@ from grpo_trainer.data_prep import DataPlan, plan_data
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
 from grpo_trainer.resume import apply_resume
 from grpo_trainer.reward.length import LENGTH_REWARD_MANAGER_KEYS
+from grpo_trainer.reward.model import FREE_CACHE_ENGINE_KEY as REWARD_MODEL_FREE_CACHE_ENGINE_KEY
 from grpo_trainer.settings import GrpoSettings
 from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV, SETUP_HOOK
 
@@ -330,6 +331,12 @@ def apply_reward(cfg: DictConfig, settings: GrpoSettings, validate_files: bool) 
             validate_reward_function(str(fn_path), str(cfg.reward.custom_reward_function.name))
     elif kind == "model" and not OmegaConf.select(cfg, "reward.reward_model.enable"):
         raise GrpoConfigError("grpo.reward.type=model needs reward.reward_model.enable=true")
+    if OmegaConf.select(cfg, "reward.reward_model.enable") and OmegaConf.select(
+        cfg, "reward.reward_model.enable_resource_pool"
+    ):
+        # verl 0.9.1 never wakes a reward model of its own pool once asleep: step 1 would wait forever
+        # (grpo_trainer/reward/model.py)
+        _set(cfg, REWARD_MODEL_FREE_CACHE_ENGINE_KEY, False)
 
 
 def apply_data(cfg: DictConfig, settings: GrpoSettings) -> DataPlan | None:

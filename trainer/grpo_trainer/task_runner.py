@@ -19,12 +19,25 @@ preparation verl's `run` would do first, so the two overlap:
 
 `run` itself is verl's, unchanged. A failure in the constructor (a broken import, TransferQueue not
 starting) is the error `run` would have raised, reported before the data is read a second time.
+
+Two more start-up processes are started earlier than verl starts them (bench/gpu/RESULTS.md, issue 17.3):
+
+- TransferQueue: `start_transfer_queue` runs `transfer_queue.init` in a thread of the driver right after
+  the TaskRunner actor is created, so its controller and storage units (two rounds of processes that
+  each import torch, 17-20 s on the H200 machine) start while the TaskRunner's own process starts. The
+  constructor's `transfer_queue.init` then finds the controller and connects, as verl's `run` does; if
+  the driver could not start it, the constructor starts it itself, as before.
+- verl's agent-loop workers and their request load balancer (grpo_trainer.agent_loop): their processes
+  start at the end of the constructor and get verl's constructor arguments (the balancer: the rollout
+  servers) once the rollout servers are up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +56,9 @@ class Preload:
     trainer_mode: str | None  # verl.trainer.ppo.v1.get_trainer_cls(mode); None for the v0 trainer
     rollout_engine: str | None  # verl.workers.rollout.replica.get_rollout_replica_class(name)
     transfer_queue: dict[str, Any] | None  # transfer_queue.init(...) settings; None: not started early
+    agent_loop_workers: int = 0  # verl's agent-loop workers to start early (grpo_trainer.agent_loop); 0: none
+    full_determinism: bool = False  # actor_rollout_ref.rollout.full_determinism, for the early load balancer
+    transfer_queue_in_driver: bool = True  # the driver starts TransferQueue (start_transfer_queue) first
 
 
 def preload_plan(config: Any) -> Preload:
@@ -59,11 +75,16 @@ def preload_plan(config: Any) -> Preload:
     assert isinstance(tq_settings, dict)
     # verl's TaskRunnerV1.run sets enable before it starts TransferQueue; the same settings here
     tq_settings["enable"] = True
+    # a manager class of the user's own creates its workers its own way: nothing started early then
+    custom_manager = OmegaConf.select(cfg, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
+    workers = int(OmegaConf.select(cfg, "actor_rollout_ref.rollout.agent.num_workers", default=0) or 0)
     return Preload(
         modules=("transfer_queue", "verl.trainer.ppo.v1"),
         trainer_mode=OmegaConf.select(cfg, "trainer.v1.trainer_mode"),
         rollout_engine=str(engine) if engine else None,
         transfer_queue=tq_settings,
+        agent_loop_workers=0 if custom_manager else workers,
+        full_determinism=bool(OmegaConf.select(cfg, "actor_rollout_ref.rollout.full_determinism", default=False)),
     )
 
 
@@ -93,6 +114,59 @@ def run_preload(plan: Preload) -> dict[str, float]:
         tq.init(OmegaConf.create(plan.transfer_queue))
         took["transfer queue"] = time.monotonic() - start
     return took
+
+
+DRIVER_TQ_LINE = "grpo-train: transfer queue started in the driver in "
+_driver_tq: dict[str, Any] = {}
+
+
+def start_transfer_queue(settings: dict[str, Any]) -> threading.Thread | None:
+    """`transfer_queue.init(settings)` in a thread of the driver, while the TaskRunner's process starts.
+
+    The TaskRunner's constructor (run_preload) calls `transfer_queue.init` too: it finds the controller
+    started here and waits for its config (stored once the storage units are up), exactly as verl's `run`
+    connects to the constructor's. A failure here is logged and the controller removed again, so the
+    constructor does not wait on it: it then starts TransferQueue itself, or fails as `run` would."""
+    try:
+        import ray
+
+        if ray.util.client.ray.is_connected():  # a Ray Client driver is outside the cluster's network
+            return None
+        import transfer_queue as tq  # in the calling thread: no import runs in two threads at once
+        from omegaconf import OmegaConf
+    except Exception as e:  # the TaskRunner starts it, as before
+        log.warning("grpo-train: transfer queue not started in the driver (%s); the task runner starts it", e)
+        return None
+
+    def init() -> None:
+        started = time.monotonic()
+        try:
+            tq.init(OmegaConf.create(settings))
+        except Exception:
+            log.exception("grpo-train: transfer queue did not start in the driver; the task runner retries")
+            with contextlib.suppress(Exception):
+                tq.close()
+            return
+        _driver_tq["started"] = True
+        log.info("%s%.1f s, while the task runner starts", DRIVER_TQ_LINE, time.monotonic() - started)
+
+    thread = threading.Thread(target=init, name="grpo-transfer-queue", daemon=True)
+    thread.start()
+    _driver_tq["thread"] = thread
+    return thread
+
+
+def stop_transfer_queue() -> None:
+    """After the run: shut down the storage units the driver started (the TaskRunner's `transfer_queue.close`
+    removes the controller and its own client, not storage it did not start)."""
+    if not _driver_tq.pop("started", False):
+        return
+    try:
+        import transfer_queue as tq
+
+        tq.close()
+    except Exception as e:  # the job is over: Ray removes the driver's actors at exit
+        log.warning("grpo-train: transfer queue close in the driver: %s", e)
 
 
 @dataclass(frozen=True)

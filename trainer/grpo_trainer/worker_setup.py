@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 def setup_worker() -> None:
     from grpo_trainer import placement
     from grpo_trainer.progress import tracking
+    from grpo_trainer.reward import model as reward_model
 
     # our INFO lines ("pool global_pool: bundles pinned to ...") in the worker's log, whatever level
     # verl gives the root logger when the worker imports it
@@ -38,3 +39,5 @@ def setup_worker() -> None:
         # its pools must not start unpinned.
         when_imported(POOLS_MODULE, lambda _: placement.install(role_resources))
     when_imported(TRACKING_MODULE, lambda _: tracking.install())
+    # the reward-loop workers (and the task runner) load it: model scores must reach the agent loop whole
+    when_imported(reward_model.REWARD_LOOP_MODULE, reward_model.install)

@@ -197,3 +197,23 @@ def test_grpo_trains_own_info_lines_show_although_verl_sets_the_root_logger_to_w
         check=True,
     )
     assert "grpo-train: config built and validated in" in out.stderr
+
+
+def test_a_reward_model_in_a_pool_of_its_own_is_never_put_to_sleep(
+    tmp_path: Path, model_dir: Path, verl_defaults: DictConfig
+) -> None:
+    # verl 0.9.1 sleeps it as it starts and never wakes it on this path: the first step would wait forever
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(
+        f"actor_rollout_ref.model.path: {model_dir}\nreward.reward_model.enable: true\n"
+        f"reward.reward_model.model_path: {model_dir}\ngrpo.reward.type: model\n"
+    )
+    key = "reward.reward_model.rollout.free_cache_engine"
+    shared = build_config(str(cfg), defaults=verl_defaults).verl
+    assert shared.reward.reward_model.rollout.free_cache_engine is True  # colocated: verl wakes it per step
+    own = build_config(str(cfg), ["reward.reward_model.enable_resource_pool=true"], defaults=verl_defaults).verl
+    assert own.reward.reward_model.rollout.free_cache_engine is False
+    forced = build_config(
+        str(cfg), ["reward.reward_model.enable_resource_pool=true", f"{key}=true"], defaults=verl_defaults
+    ).verl
+    assert forced.reward.reward_model.rollout.free_cache_engine is False

@@ -76,8 +76,36 @@ def test_setup_hook_imports_no_verl_and_patches_verl_when_loaded() -> None:
         print("pools pinned", hasattr(base.RayResourcePool.get_placement_groups, "__grpo_original__"))
         from verl.utils.tracking import Tracking
         print("grpo backend", "grpo" in Tracking.supported_backend)
+        from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+        print("reward loop patched", hasattr(RewardLoopWorker.compute_score_disrm, "__grpo_original__"))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines()[-3:] == ["after hook False False", "pools pinned True", "grpo backend True"]
+    assert out.stdout.splitlines()[-4:] == [
+        "after hook False False",
+        "pools pinned True",
+        "grpo backend True",
+        "reward loop patched True",
+    ]
+
+
+def test_model_scores_reach_the_agent_loop_with_a_reward_extra_info() -> None:
+    # verl 0.9.1's agent loop reads result["reward_extra_info"]; its reward-model scorer returns none
+    import asyncio
+    import types
+
+    from grpo_trainer.reward import model
+
+    class Worker:
+        async def compute_score_disrm(self, data: object) -> dict:
+            return {"reward_score": 0.25}
+
+        async def compute_score(self, data: object) -> dict:
+            return await self.compute_score_disrm(data)
+
+    module = types.SimpleNamespace(RewardLoopWorker=Worker)
+    model.install(module)  # type: ignore[arg-type]
+    model.install(module)  # type: ignore[arg-type]  # twice (task runner and worker): wrapped once
+    assert asyncio.run(Worker().compute_score(None)) == {"reward_score": 0.25, "reward_extra_info": {}}
+    assert not hasattr(Worker.compute_score_disrm.__grpo_original__, "__grpo_original__")
