@@ -10,6 +10,7 @@ from grpo_trainer.guardrails.collapse import DegenerateBatch, PolicyCollapse
 from grpo_trainer.guardrails.config import GuardrailsConfig
 from grpo_trainer.guardrails.non_finite import NonFinite
 from grpo_trainer.guardrails.sample import DetectorState, StepSample
+from grpo_trainer.guardrails.status import guardrails_section
 from grpo_trainer.guardrails.trailing import grad_spike, kl_runaway
 from grpo_trainer.progress.step_metrics import StepMetrics
 
@@ -67,6 +68,11 @@ class Guardrails:
             except Exception:
                 log.exception("guardrail %s failed at step %s; skipped", detector.name, sample.step)
         return [self.states[d.name] for d in self.detectors if d.name in self.states]
+
+    def section(self) -> dict[str, Any]:
+        """status.progress.guardrails after the last step."""
+        states = [self.states[d.name] for d in self.detectors if d.name in self.states]
+        return guardrails_section(self.mode, states, self.baselines())
 
     def tripped(self) -> list[DetectorState]:
         return [s for s in self.states.values() if s.tripped]
