@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grpo_trainer.guardrails.latch import Latch
@@ -22,7 +22,8 @@ class NonFinite:
     def observe(self, s: StepSample) -> DetectorState:
         bad = s.non_finite
         why = f"non-finite {', '.join(bad)} at step {s.step}" if bad else ""
-        return self.latch.judge(s.step, bool(bad), why, value=float(len(bad)), baseline=None)
+        state = self.latch.judge(s.step, bool(bad), why, value=float(len(bad)), baseline=None)
+        return state if state.tripped else replace(state, reason="loss, grad norm, entropy and KL finite")
 
     def baselines(self) -> dict[str, float]:
         return {}
