@@ -163,6 +163,11 @@ def test_a_collapse_of_entropy_and_reward_spread_with_flat_reward_trips_within_8
     assert ONSET + 4 <= tripped <= ONSET + 8  # k=5 of m=8: at the earliest the 5th collapsed step
 
 
+def test_a_collapse_on_negative_rewards_trips_too() -> None:
+    shifted = [replace(s, reward_mean=s.reward_mean - 5, reward_max=s.reward_max - 5) for s in streams.collapse()]
+    assert [name for name, _, _ in trips(shifted)] == ["policy_collapse"]
+
+
 def test_a_collapse_whose_reward_still_rises_does_not_trip() -> None:
     rising = [replace(s, reward_mean=0.3 + 0.05 * s.step) for s in streams.collapse()]
     assert trips(rising) == []

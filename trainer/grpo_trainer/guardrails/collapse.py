@@ -43,7 +43,8 @@ class PolicyCollapse:
         entropy, spread, reward = float(s.entropy), float(s.reward_std), float(s.reward_mean)  # type: ignore[arg-type]
         self.rewards.append(reward)
         if finite(s.reward_max):
-            self.best_max = max(self.best_max or float(s.reward_max), float(s.reward_max))  # type: ignore[arg-type]
+            best = float(s.reward_max)  # type: ignore[arg-type]
+            self.best_max = best if self.best_max is None else max(self.best_max, best)
         if self.baseline.observe({"entropy": entropy, "rewardStd": spread}):
             return self.latch.warming(s.step, f"warm-up: {len(self.baseline.seen)} of {self.warmup} steps", entropy)
         base = self.baseline.value or {}
