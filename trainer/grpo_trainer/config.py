@@ -24,6 +24,9 @@ from pydantic import ValidationError
 
 from grpo_trainer.data_prep import DataPlan, plan_data
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
+from grpo_trainer.guardrails.config import ENV_VAR as GUARDRAILS_ENV
+from grpo_trainer.guardrails.config import GuardrailsConfigError
+from grpo_trainer.guardrails.config import parse_config as parse_guardrails
 from grpo_trainer.resume import apply_resume
 from grpo_trainer.reward.length import LENGTH_REWARD_MANAGER_KEYS
 from grpo_trainer.reward.model import FREE_CACHE_ENGINE_KEY as REWARD_MODEL_FREE_CACHE_ENGINE_KEY
@@ -380,6 +383,13 @@ def worker_env(settings: GrpoSettings, environ: Mapping[str, str]) -> dict[str, 
     }
     if settings.metrics.steps_file:
         env["GRPO_METRICS_STEPS_FILE"] = settings.metrics.steps_file
+    if guardrails := environ.get(GUARDRAILS_ENV):
+        # refused here, at start-up, with the field's name, rather than by the TaskRunner after the rollout
+        try:
+            parse_guardrails(guardrails)
+        except GuardrailsConfigError as e:
+            raise GrpoConfigError(str(e)) from None
+        env[GUARDRAILS_ENV] = guardrails
     name = job.name if job else environ.get("GRPO_JOB_NAME")
     namespace = job.namespace if job else environ.get("GRPO_JOB_NAMESPACE")
     if name and namespace:

@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from grpo_trainer.guardrails.metrics import GuardrailGauges
 from grpo_trainer.progress.step_metrics import StepMetrics
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class TrainerMetrics:
         )
         self.entropy_baseline.set(math.nan)  # a 0 would read as a measured baseline
         self.baseline = EntropyBaseline()
+        self.guardrails = GuardrailGauges(self.registry)
         self._server: Any = None
 
     def observe(self, m: StepMetrics, total_steps: int | None = None) -> None:

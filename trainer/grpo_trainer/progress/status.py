@@ -23,8 +23,11 @@ def build_progress_patch(
     now: datetime,
     entropy_baseline: float | None = None,
     non_finite_steps: int | None = None,
+    guardrails: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Pure: the merge patch body for `status.progress` (absent metrics are left out, not nulled)."""
+    """Pure: the merge patch body for `status.progress` (absent metrics are left out, not nulled).
+
+    `guardrails` is grpo_trainer.guardrails' section (Guardrails.section()), passed through as it is."""
     progress: dict[str, Any] = {
         "step": m.step,
         "updatedAt": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -43,6 +46,8 @@ def build_progress_patch(
             progress[key] = round(float(value), 6)
     if non_finite_steps is not None:
         progress["nonFiniteSteps"] = int(non_finite_steps)
+    if guardrails is not None:
+        progress["guardrails"] = guardrails
     return {"status": {"progress": progress}}
 
 
@@ -82,8 +87,9 @@ class StatusReporter:
         total_steps: int | None,
         entropy_baseline: float | None = None,
         non_finite_steps: int | None = None,
+        guardrails: dict[str, Any] | None = None,
     ) -> bool:
-        body = build_progress_patch(m, total_steps, datetime.now(UTC), entropy_baseline, non_finite_steps)
+        body = build_progress_patch(m, total_steps, datetime.now(UTC), entropy_baseline, non_finite_steps, guardrails)
         return self.patch(body, f"status.progress at step {m.step}")
 
     def patch(self, body: dict[str, Any], what: str) -> bool:

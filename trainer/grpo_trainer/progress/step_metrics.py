@@ -16,10 +16,14 @@ VERL_KEYS: dict[str, tuple[str, ...]] = {
     "reward_max": ("critic/score/max", "critic/rewards/max"),
     "kl_loss": ("actor/kl_loss",),
     "pg_loss": ("actor/pg_loss",),
+    "loss": ("actor/loss",),  # pg_loss plus the KL and entropy terms: what backward() saw
     "grad_norm": ("actor/grad_norm",),
     "clip_fraction": ("actor/pg_clipfrac",),
     "entropy": ("actor/entropy",),
     "response_length_mean": ("response_length/mean",),
+    # share of responses cut at max_response_length (the degenerate-batch guardrail watches it)
+    "response_clip_ratio": ("response_length/clip_ratio",),
+    "lr": ("actor/lr",),
     "throughput": ("perf/throughput",),
     "step_time_seconds": ("timing_s/step",),
 }
@@ -34,10 +38,13 @@ class StepMetrics:
     reward_max: float | None = None
     kl_loss: float | None = None
     pg_loss: float | None = None
+    loss: float | None = None
     grad_norm: float | None = None
     clip_fraction: float | None = None
     entropy: float | None = None
     response_length_mean: float | None = None
+    response_clip_ratio: float | None = None
+    lr: float | None = None
     throughput: float | None = None
     step_time_seconds: float | None = None
     # Fields whose verl value was NaN or infinite: left out of the values above (a status line cannot

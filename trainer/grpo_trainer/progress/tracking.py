@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_trainer.guardrails import Guardrails, GuardrailsConfigError, parse_config
+from grpo_trainer.guardrails.config import ENV_VAR as GUARDRAILS_ENV
+from grpo_trainer.guardrails.status import error_section
 from grpo_trainer.progress.prometheus import TrainerMetrics
 from grpo_trainer.progress.status import StatusReporter
 from grpo_trainer.progress.step_file import append_step
-from grpo_trainer.progress.step_metrics import extract
+from grpo_trainer.progress.step_metrics import StepMetrics, extract
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ class ProgressEnv:
     job_namespace: str | None
     job_name: str | None
     steps_file: str | None = None
+    guardrails: str | None = None  # the GRPOJob's spec.guardrails as JSON; None: defaults (observe)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ProgressEnv:
@@ -46,6 +50,7 @@ class ProgressEnv:
             job_namespace=e.get("GRPO_JOB_NAMESPACE") or None,
             job_name=e.get("GRPO_JOB_NAME") or None,
             steps_file=e.get("GRPO_METRICS_STEPS_FILE") or None,
+            guardrails=e.get(GUARDRAILS_ENV) or None,
         )
 
 
@@ -69,11 +74,15 @@ class GrpoTrackingBackend:
         reporter: StatusReporter | None,
         total_steps: int | None = None,
         steps_file: Path | None = None,
+        guardrails: Guardrails | None = None,
+        guardrails_error: str | None = None,
     ) -> None:
         self.metrics = metrics
         self.reporter = reporter
         self.total_steps = total_steps
         self.steps_file = steps_file
+        self.guardrails = guardrails
+        self.guardrails_error = guardrails_error
 
     def log(self, data: Mapping[str, Any], step: int) -> None:
         if self.steps_file is not None:
@@ -87,8 +96,31 @@ class GrpoTrackingBackend:
         except Exception:  # never let progress reporting break a training step
             log.exception("grpo tracking backend: could not record step %s", step)
             return
+        section = self._guard(m)
         if self.reporter is not None:
-            self.reporter.report(m, self.total_steps, self.metrics.baseline.value, self.metrics.non_finite_count)
+            self.reporter.report(
+                m, self.total_steps, self.metrics.baseline.value, self.metrics.non_finite_count, section
+            )
+
+    def _guard(self, m: StepMetrics) -> dict[str, Any] | None:
+        """Run the guardrails on this step; their status section (None when there is nothing to say)."""
+        if self.guardrails_error is not None:
+            return error_section(self.guardrails_error)
+        if self.guardrails is None:
+            return None
+        try:
+            already = {s.name for s in self.guardrails.tripped()}
+            states = self.guardrails.observe(m)
+            self.metrics.guardrails.observe(states)
+            for s in states:
+                if s.tripped and s.name not in already:
+                    log.warning(
+                        "guardrail %s tripped at step %s (onset step %s): %s", s.name, s.step, s.onset_step, s.reason
+                    )
+            return self.guardrails.section()
+        except Exception:  # a guardrail bug must not cost a training step
+            log.exception("grpo tracking backend: guardrails failed at step %s", m.step)
+            return None
 
     def finish(self) -> None:
         # The HTTP server stays up until the process exits so the last values can still be scraped.
@@ -114,19 +146,40 @@ def backend_for_process(config: Mapping[str, Any] | None, env: ProgressEnv) -> G
                     e,
                 )
         reporter = StatusReporter(env.job_namespace, env.job_name) if env.job_name and env.job_namespace else None
+        guardrails, error = guardrails_for(env)
         if reporter is not None:
-            _restore_baseline(metrics, reporter)
-        backend = GrpoTrackingBackend(metrics, reporter, steps_file=Path(env.steps_file) if env.steps_file else None)
+            _restore_baseline(metrics, reporter, guardrails)
+        backend = GrpoTrackingBackend(
+            metrics,
+            reporter,
+            steps_file=Path(env.steps_file) if env.steps_file else None,
+            guardrails=guardrails,
+            guardrails_error=error,
+        )
         _process_backend["backend"] = backend
     backend.total_steps = total_steps_from(config) or backend.total_steps
     return backend
 
 
-def _restore_baseline(metrics: TrainerMetrics, reporter: StatusReporter) -> None:
-    """A retry resumes past the first steps: keep comparing with the baseline an earlier attempt reported."""
-    baseline = reporter.progress().get("entropyBaseline")
+def guardrails_for(env: ProgressEnv) -> tuple[Guardrails | None, str | None]:
+    """The job's guardrails, or (None, why) when its configuration is refused. The driver refuses a bad
+    one at start-up (config.worker_env); this is the backstop, and it reports rather than crashes."""
+    try:
+        return Guardrails(parse_config(env.guardrails)), None
+    except GuardrailsConfigError as e:
+        log.error("guardrails are off: %s", e)
+        return None, str(e)
+
+
+def _restore_baseline(metrics: TrainerMetrics, reporter: StatusReporter, guardrails: Guardrails | None = None) -> None:
+    """A retry resumes past the first steps: keep comparing with the baselines an earlier attempt reported."""
+    progress = reporter.progress()
+    baseline = progress.get("entropyBaseline")
     if isinstance(baseline, int | float) and not isinstance(baseline, bool):
         metrics.restore_baseline(float(baseline))
+    section = progress.get("guardrails")
+    if guardrails is not None and isinstance(section, dict) and isinstance(section.get("baselines"), dict):
+        guardrails.restore(section["baselines"])
 
 
 def _install_score_std() -> None:

@@ -1,0 +1,112 @@
+"""Detectors against the job's warm-up baseline: policy_collapse and degenerate_batch."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_trainer.guardrails.baseline import WarmupBaseline
+from grpo_trainer.guardrails.latch import Latch
+from grpo_trainer.guardrails.sample import DetectorState, StepSample, finite
+from grpo_trainer.guardrails.stats import theil_sen_slope
+
+# A reward std this small relative to the reward itself is float rounding of identical scores, not spread.
+ZERO_SPREAD_REL = 1e-6
+
+
+@dataclass
+class PolicyCollapse:
+    """Out of bounds when entropy < entropy_ratio x its warm-up median AND reward std < spread_ratio x
+    its warm-up median AND reward is not improving (Theil-Sen slope over slope_window steps, times the
+    window, below spread_ratio x the baseline reward std) AND the reward is not saturated (mean within
+    spread_ratio x baseline std of the best reward_max seen: a solved task also has no spread)."""
+
+    warmup: int
+    entropy_ratio: float
+    spread_ratio: float
+    slope_window: int
+    k: int
+    m: int
+    name: str = "policy_collapse"
+    rewards: deque[float] = field(init=False)
+    best_max: float | None = None
+
+    def __post_init__(self) -> None:
+        self.baseline = WarmupBaseline(("entropy", "rewardStd"), self.warmup)
+        self.rewards = deque(maxlen=self.slope_window)
+        self.latch = Latch(self.name, self.k, self.m)
+
+    def observe(self, s: StepSample) -> DetectorState:
+        if not (finite(s.entropy) and finite(s.reward_std) and finite(s.reward_mean)):
+            return self.latch.idle(s.step, "no entropy, reward mean or std", warm=self.baseline.value is not None)
+        entropy, spread, reward = float(s.entropy), float(s.reward_std), float(s.reward_mean)  # type: ignore[arg-type]
+        self.rewards.append(reward)
+        if finite(s.reward_max):
+            best = float(s.reward_max)  # type: ignore[arg-type]
+            self.best_max = best if self.best_max is None else max(self.best_max, best)
+        if self.baseline.observe({"entropy": entropy, "rewardStd": spread}):
+            return self.latch.warming(s.step, f"warm-up: {len(self.baseline.seen)} of {self.warmup} steps", entropy)
+        base = self.baseline.value or {}
+        rise = theil_sen_slope(list(self.rewards)) * self.slope_window
+        margin = self.spread_ratio * base["rewardStd"]
+        saturated = self.best_max is not None and reward >= self.best_max - margin
+        out = (
+            entropy < self.entropy_ratio * base["entropy"]
+            and spread < self.spread_ratio * base["rewardStd"]
+            and rise <= margin
+            and not saturated
+        )
+        why = (
+            f"entropy {entropy:.4g} (baseline {base['entropy']:.4g}), reward std {spread:.4g} "
+            f"(baseline {base['rewardStd']:.4g}), reward rise over {self.slope_window} steps {rise:.3g}"
+        )
+        extra = {"rewardStd": spread, "rewardStdBaseline": base["rewardStd"], "rewardRise": rise}
+        return self.latch.judge(s.step, out, why, entropy, base["entropy"], extra)
+
+    def baselines(self) -> dict[str, float]:
+        if self.baseline.value is None:
+            return {}
+        return {**self.baseline.value, **({"rewardMax": self.best_max} if self.best_max is not None else {})}
+
+    def restore(self, baselines: dict[str, Any]) -> None:
+        self.baseline.restore(baselines)
+        if self.baseline.value is not None and finite(baselines.get("rewardMax")):
+            self.best_max = float(baselines["rewardMax"])
+
+
+@dataclass
+class DegenerateBatch:
+    """Out of bounds when clip ratio >= clip_ratio AND reward std <= spread_ratio x its warm-up median (or
+    is zero up to rounding): every response cut at max length and all scored alike, so GRPO's advantages
+    are ~0 and the step teaches nothing."""
+
+    warmup: int
+    clip_ratio: float
+    spread_ratio: float
+    k: int
+    m: int
+    name: str = "degenerate_batch"
+
+    def __post_init__(self) -> None:
+        self.baseline = WarmupBaseline(("rewardStd",), self.warmup)
+        self.latch = Latch(self.name, self.k, self.m)
+
+    def observe(self, s: StepSample) -> DetectorState:
+        if not (finite(s.clip_ratio) and finite(s.reward_std)):
+            return self.latch.idle(s.step, "no clip ratio or reward std", warm=self.baseline.value is not None)
+        clip, spread = float(s.clip_ratio), float(s.reward_std)  # type: ignore[arg-type]
+        if self.baseline.observe({"rewardStd": spread}):
+            return self.latch.warming(s.step, f"warm-up: {len(self.baseline.seen)} of {self.warmup} steps", spread)
+        base = (self.baseline.value or {})["rewardStd"]
+        scale = abs(s.reward_mean) if finite(s.reward_mean) else 0.0  # type: ignore[arg-type]
+        no_spread = spread <= max(self.spread_ratio * base, ZERO_SPREAD_REL * max(1.0, scale))
+        out = clip >= self.clip_ratio and no_spread
+        why = f"clip ratio {clip:.3g}, reward std {spread:.4g} (baseline {base:.4g})"
+        return self.latch.judge(s.step, out, why, spread, base, {"clipRatio": clip})
+
+    def baselines(self) -> dict[str, float]:
+        return dict(self.baseline.value or {})
+
+    def restore(self, baselines: dict[str, Any]) -> None:
+        self.baseline.restore(baselines)
