@@ -70,29 +70,31 @@ def unmeasured_batch(learn_steps: int = 30, smoke_steps: int = 10, cap_s: float 
             run_grpo.RunSpec("learn", steps=learn_steps, lr=LEARNING_RATE, reward="token", metrics_port=9401, **shared)
         ),
         BatchRun(run_grpo.RunSpec("control", steps=learn_steps, lr=0.0, reward="token", metrics_port=9402, **shared)),
-        BatchRun(
-            run_grpo.RunSpec(
-                "placement",
-                steps=10,
-                reward="model",
-                role_resources=placement_run.ROLE_RESOURCES,
-                metrics_port=9403,
-                **shared,
-            ),
-            nodes=placement_run.nodes(),
-            state_check=True,
-            ray_logs=True,
-        ),
+        placement_batch_run(cap_s, metrics_port=9403),
         BatchRun(run_grpo.RunSpec("smoke", steps=smoke_steps, export=True, metrics_port=9404, **shared)),
     ]
+
+
+def placement_batch_run(cap_s: float, metrics_port: int, steps: int = 10) -> BatchRun:
+    """Pure: grpo-train with the reward model on a 3-node Ray cluster (head, actor, reward), state checked."""
+    spec = run_grpo.RunSpec(
+        "placement",
+        steps=steps,
+        reward="model",
+        role_resources=placement_run.ROLE_RESOURCES,
+        metrics_port=metrics_port,
+        shared_gpu=True,
+        timeout_s=cap_s,
+    )
+    return BatchRun(spec, nodes=placement_run.nodes(), state_check=True, ray_logs=True)
 
 
 # Slot (b), issue 18: 30-step runs meant to trip the guardrail alerts; every step's metrics are recorded
 # (steps/<run>.jsonl). These are defaults: the helper of issue 18 chooses the values (--run overrides).
 GUARDRAILS = (
-    "guard-lr:lr=0.1,reward=length,steps=30",  # a learning rate far too high (configured: 1e-5)
-    "guard-token:lr=1e-3,reward=token,steps=30",  # a reward that pays for a single token
-    "guard-temp:lr=1e-5,reward=length,temperature=0.1,steps=30",  # a low sampling temperature
+    "guard-lr:lr=0.1,reward=length,steps=40",  # a learning rate far too high (configured: 1e-5)
+    "guard-token:lr=1e-3,reward=token,steps=40",  # a reward that pays for a single token
+    "guard-temp:lr=1e-5,reward=length,temperature=0.1,steps=40",  # a low sampling temperature
 )
 OVERRIDABLE = {"lr": float, "reward": str, "temperature": float, "steps": int}
 
@@ -493,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--site", type=Path, required=True)
     s.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("call")
-    c.add_argument("which", choices=("unmeasured", "pair", "fit", "guardrails"))
+    c.add_argument("which", choices=("unmeasured", "pair", "fit", "guardrails", "placement-guardrails"))
     c.add_argument("--work", type=Path, default=Path("/tmp/gpuw/work"))
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--order", default="ours,stock")
@@ -521,7 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         return call_pair(a.order.split(","), a.wall_cap, a.work, a.out)
     if a.which == "fit":
         return call_fit(a.out, a.timeout)
-    return call_batch(guardrail_batch(a.run or GUARDRAILS), a.work, a.out, "guardrails")
+    guard = guardrail_batch(a.run or GUARDRAILS, cap_s=a.wall_cap)
+    if a.which == "placement-guardrails":  # issue 17.2's run beside issue 18's: four runs, as in the batch before
+        return call_batch([placement_batch_run(a.wall_cap, metrics_port=9403), *guard], a.work, a.out, a.which)
+    return call_batch(guard, a.work, a.out, "guardrails")
 
 
 if __name__ == "__main__":  # vLLM's engine process re-imports __main__: never run twice
