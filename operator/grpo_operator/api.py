@@ -1060,6 +1060,12 @@ class ProgressStatus(StatusModel):
         default=None, description="Steps whose loss, gradient norm, entropy or reward was NaN or infinite."
     )
     updated_at: datetime | None = Field(default=None, description="When the trainer last reported.")
+    guardrails: dict[str, Any] | None = Field(
+        default=None,
+        description="Each guardrail detector's state as the trainer computed it at the last step (mode, status, "
+        "step, value, baseline, onset step, reason; docs/guardrails.md). Reported only: nothing acts on it yet.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
 
 
 class RehearsalCheck(StatusModel):

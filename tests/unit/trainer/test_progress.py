@@ -183,11 +183,23 @@ def test_status_patch_matches_the_grpojob_status_schema() -> None:
     # the operator's pydantic model is the CRD's source of truth: every key we patch must be one of its
     # fields (it ignores unknown keys, so check the names, then the values)
     from grpo_operator.api import ProgressStatus
+    from grpo_trainer.guardrails.guardrails import Guardrails
 
+    guardrails = Guardrails().section()
     patch = build_progress_patch(extract(_verl_step(5), step=5), 30, datetime(2026, 12, 2, tzinfo=UTC),
-                                 entropy_baseline=1.9, non_finite_steps=0)
+                                 entropy_baseline=1.9, non_finite_steps=0, guardrails=guardrails)
     progress = patch["status"]["progress"]
     aliases = {f.alias or name for name, f in ProgressStatus.model_fields.items()}
     assert set(progress) == aliases
     parsed = ProgressStatus.model_validate(progress)
     assert (parsed.step, parsed.total_steps, parsed.reward_mean) == (5, 30, 15.0)
+    assert parsed.guardrails == guardrails  # kept whole: the CRD preserves the section's unknown fields
+
+
+def test_the_crd_keeps_the_guardrails_section_the_trainer_reports() -> None:
+    # without x-kubernetes-preserve-unknown-fields the apiserver would prune it from every status patch
+    from grpo_operator.crd import build_crd
+
+    progress = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
+        "properties"]["progress"]["properties"]
+    assert progress["guardrails"].get("x-kubernetes-preserve-unknown-fields") is True
