@@ -60,8 +60,14 @@ class GpuWatch:
             return
         for pid, mib in parse_compute_apps(out).items():
             self.gpu_mib_by_pid[pid] = max(mib, self.gpu_mib_by_pid.get(pid, 0))
-        self.parents.update(process_parents())
+        self.remember_parents(process_parents())
         self.samples += 1
+
+    def remember_parents(self, parents: dict[int, int]) -> None:
+        """Keep the first parent seen: when a Ray actor ends before its vLLM children, the kernel reparents
+        them to pid 1, and a later sample would cut them off their role (2026-12-04's placement check)."""
+        for pid, ppid in parents.items():
+            self.parents.setdefault(pid, ppid)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -18,3 +18,10 @@ def test_the_parent_pid_is_read_past_a_command_name_with_spaces_and_parens() -> 
 
 def test_this_process_is_in_the_table_with_its_parent() -> None:
     assert gpuwatch.process_parents()[os.getpid()] == os.getppid()
+
+
+def test_a_process_reparented_to_init_keeps_the_parent_it_was_first_seen_with() -> None:
+    watch = gpuwatch.GpuWatch()
+    watch.remember_parents({12352: 900, 13066: 12352, 13760: 13066})
+    watch.remember_parents({13066: 1, 13760: 13066, 14000: 1})  # the server actor ended first
+    assert watch.parents == {12352: 900, 13066: 12352, 13760: 13066, 14000: 1}
