@@ -44,13 +44,22 @@ def test_the_unmeasured_runs_share_the_gpu_and_nothing_else() -> None:
 def test_guardrail_runs_take_overrides_and_record_every_step() -> None:
     runs = {r.spec.name: r.spec for r in session.guardrail_batch()}
     assert set(runs) == {"guard-lr", "guard-token", "guard-temp"}
-    assert all(s.steps == 30 and s.shared_gpu for s in runs.values())
+    # 40: the detectors' 20-step warm-up leaves 20 judged steps
+    assert all(s.steps == 40 and s.shared_gpu for s in runs.values())
     assert runs["guard-lr"].lr >= 1e-2 and runs["guard-token"].reward == "token"
     assert runs["guard-temp"].temperature == 0.1
     custom = session.parse_run("g:lr=3e-2,reward=token,temperature=0.5,steps=12", shared_gpu=True)
     assert (custom.name, custom.lr, custom.reward, custom.temperature, custom.steps) == ("g", 3e-2, "token", 0.5, 12)
     with pytest.raises(ValueError, match="not one of"):
         session.parse_run("g:gamma=1")
+
+
+def test_the_reward_model_run_goes_beside_the_guardrail_runs_on_its_own_three_nodes() -> None:
+    placement = session.placement_batch_run(450, metrics_port=9403)
+    assert placement.spec.reward == "model" and placement.state_check and placement.ray_logs
+    assert len(placement.nodes) == 3 and placement.spec.timeout_s == 450
+    ports = {placement.spec.metrics_port} | {r.spec.metrics_port for r in session.guardrail_batch()}
+    assert len(ports) == 4  # they share the machine: distinct metrics ports
 
 
 def test_a_pair_is_two_timed_runs_stopped_at_the_same_wall_time() -> None:
