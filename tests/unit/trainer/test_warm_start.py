@@ -1,0 +1,468 @@
+"""The start-up cuts: TransferQueue started from the driver (grpo_trainer.task_runner, cli) and verl's
+agent-loop workers and load balancer started in the TaskRunner's constructor (grpo_trainer.agent_loop,
+task_runner_actor), each with its kill switch and its fallback to verl's own start-up.
+
+No Ray cluster: Ray's calls are replaced by recorders. grpo_trainer.agent_loop imports verl modules this
+CPU venv cannot load (transfer_queue, cachetools, uvicorn are trainer-image only), so its tests import it
+over small fakes of the three verl classes it wraps; what they prove is our logic around verl's calls."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import sys
+import types
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from grpo_trainer import cli, task_runner
+from grpo_trainer.task_runner import Preload, preload_plan, start_transfer_queue, stop_transfer_queue
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+
+def _v1_config(verl_defaults: DictConfig, num_workers: int = 3) -> DictConfig:
+    cfg = verl_defaults.copy()
+    with open_dict(cfg):
+        cfg.trainer.use_v1 = True
+        cfg.actor_rollout_ref.rollout.agent.num_workers = num_workers
+    return cfg
+
+
+# ------------------------------------------------------------------- the plan and the kill switch
+
+
+def test_the_number_of_warm_workers_follows_the_rollout_agent_num_workers(verl_defaults: DictConfig) -> None:
+    assert preload_plan(_v1_config(verl_defaults, 3)).agent_loop_workers == 3
+    assert preload_plan(_v1_config(verl_defaults, 5)).agent_loop_workers == 5
+
+
+def test_a_custom_agent_loop_manager_gets_no_warm_workers(verl_defaults: DictConfig) -> None:
+    # its own class creates its workers its own way: workers started for verl's would be wasted
+    cfg = _v1_config(verl_defaults, 4)
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class = "my.pkg.Manager"
+    assert preload_plan(cfg).agent_loop_workers == 0
+
+
+def test_the_warm_balancer_is_planned_with_the_rollouts_full_determinism(verl_defaults: DictConfig) -> None:
+    cfg = _v1_config(verl_defaults)
+    assert preload_plan(cfg).full_determinism is False
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.full_determinism = True
+    assert preload_plan(cfg).full_determinism is True
+
+
+def _runner_and_calls(
+    config: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> tuple[task_runner.EarlyTaskRunner, list[Any]]:
+    calls: list[Any] = []
+    monkeypatch.setattr(cli, "start_transfer_queue", lambda settings: calls.append(("tq", settings)))
+    runner = cli.task_runner_class(config, lambda: calls.append("prepare data"))
+    return runner, calls
+
+
+def test_by_default_the_driver_starts_transfer_queue_before_preparing_the_data(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
+    runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
+    (plan,) = runner.init_args
+    assert plan.agent_loop_workers == 3 and plan.transfer_queue_in_driver
+    runner.before_run()
+    assert calls == [("tq", plan.transfer_queue), "prepare data"]
+
+
+def test_the_kill_switch_turns_the_warm_path_off(verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.WARM_START_ENV, "0")
+    runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
+    (plan,) = runner.init_args
+    assert plan.agent_loop_workers == 0  # the constructor starts no workers: verl creates its own
+    assert not plan.transfer_queue_in_driver
+    assert plan.transfer_queue is not None  # the constructor still starts TransferQueue, as before
+    runner.before_run()
+    assert calls == ["prepare data"]  # the driver starts no TransferQueue
+
+
+# ------------------------------------------------------------------- TransferQueue from the driver
+
+
+class _FakeTransferQueue(types.ModuleType):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__("transfer_queue")
+        self.fail = fail
+        self.inits: list[Any] = []
+        self.closes = 0
+
+    def init(self, conf: Any) -> None:
+        self.inits.append(OmegaConf.to_container(conf))
+        if self.fail:
+            raise RuntimeError("storage unit did not start")
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+@pytest.fixture()
+def driver_tq(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh driver state and a driver that is no Ray Client."""
+    import ray.util.client
+
+    monkeypatch.setattr(task_runner, "_driver_tq", {})
+    monkeypatch.setattr(ray.util.client.ray, "is_connected", lambda: False)
+    return ray.util.client.ray
+
+
+def test_the_driver_starts_transfer_queue_in_a_thread_and_stops_it_after_the_run(
+    driver_tq: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tq = _FakeTransferQueue()
+    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
+    thread = start_transfer_queue({"enable": True, "controller": {"x": 1}})
+    assert thread is not None
+    thread.join(timeout=10)
+    assert tq.inits == [{"enable": True, "controller": {"x": 1}}]
+    stop_transfer_queue()
+    stop_transfer_queue()  # the run's `finally` and any second caller: closed once
+    assert tq.closes == 1
+
+
+def test_a_failed_driver_start_removes_its_controller_and_is_not_closed_again(
+    driver_tq: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the constructor must not wait on a half-started controller: it starts TransferQueue itself then
+    tq = _FakeTransferQueue(fail=True)
+    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
+    with caplog.at_level(logging.ERROR, logger="grpo_trainer"):
+        thread = start_transfer_queue({"enable": True})
+        assert thread is not None
+        thread.join(timeout=10)
+    assert tq.closes == 1
+    assert "the task runner retries" in caplog.text
+    stop_transfer_queue()
+    assert tq.closes == 1
+
+
+def test_a_driver_without_transfer_queue_still_prepares_the_data(
+    driver_tq: Any, verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "transfer_queue", None)  # import fails, installed or not
+    monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
+    prepared: list[bool] = []
+    runner = cli.task_runner_class(_v1_config(verl_defaults), lambda: prepared.append(True))
+    runner.before_run()  # the real start_transfer_queue: it logs and returns
+    assert prepared == [True]
+    assert start_transfer_queue({"enable": True}) is None
+
+
+def test_a_ray_client_driver_does_not_start_transfer_queue(driver_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a Ray Client driver is outside the cluster's network: the TaskRunner starts it, as before
+    tq = _FakeTransferQueue()
+    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
+    monkeypatch.setattr(driver_tq, "is_connected", lambda: True)
+    assert start_transfer_queue({"enable": True}) is None
+    assert tq.inits == []
+
+
+def test_the_driver_started_transfer_queue_is_stopped_even_when_the_run_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import verl.trainer.main_ppo
+    from grpo_trainer import worker_setup
+
+    def failing_run(config: Any, task_runner_class: Any) -> None:
+        raise RuntimeError("step 1 failed")
+
+    stopped: list[bool] = []
+    monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", failing_run)
+    monkeypatch.setattr(worker_setup, "setup_worker", lambda: None)
+    monkeypatch.setattr(cli, "task_runner_class", lambda config, before_run: None)
+    monkeypatch.setattr(cli, "stop_transfer_queue", lambda: stopped.append(True))
+    with pytest.raises(RuntimeError, match="step 1 failed"):
+        cli.run(SimpleNamespace(verl=None))  # type: ignore[arg-type]
+    assert stopped == [True]
+
+
+# ------------------------------------------------------------------- the TaskRunner's constructor
+
+
+@pytest.fixture()
+def warm_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """A fake grpo_trainer.agent_loop, as task_runner_actor finds it (import or sys.modules)."""
+    import grpo_trainer
+    from grpo_trainer import task_runner_actor
+
+    module = types.ModuleType("grpo_trainer.agent_loop")
+    module.calls = []  # type: ignore[attr-defined]
+    module.prestart_load_balancer = lambda full_determinism: module.calls.append(("balancer", full_determinism))  # type: ignore[attr-defined]
+
+    def prestart(n: int) -> int:
+        module.calls.append(("workers", n))  # type: ignore[attr-defined]
+        return n
+
+    module.prestart = prestart  # type: ignore[attr-defined]
+    module.discard_unused_balancer = lambda: module.calls.append("discard balancer")  # type: ignore[attr-defined]
+    module.WarmAgentLoopManager = SimpleNamespace(  # type: ignore[attr-defined]
+        create=lambda **kwargs: module.calls.append(("warm manager", kwargs)) or "warm manager"
+    )
+    monkeypatch.setitem(sys.modules, "grpo_trainer.agent_loop", module)
+    monkeypatch.setattr(grpo_trainer, "agent_loop", module, raising=False)
+    monkeypatch.setattr(task_runner_actor, "run_preload", lambda plan: {"imports": 1.0})
+    # verl's own manager path, recorded instead of run
+    base = task_runner_actor.GrpoTaskRunner.__mro__[1]
+    monkeypatch.setattr(base, "init_agent_loop_manager", lambda self: module.calls.append("verl's own manager"))
+    return module
+
+
+def _plan(workers: int) -> Preload:
+    return Preload(modules=(), trainer_mode=None, rollout_engine=None, transfer_queue=None, agent_loop_workers=workers)
+
+
+def _runner_with_trainer(plan: Preload) -> Any:
+    from grpo_trainer.task_runner_actor import GrpoTaskRunner
+
+    runner = GrpoTaskRunner(plan)
+    runner.config = "the config"
+    runner.trainer = SimpleNamespace(
+        get_llm_client=lambda: "llm", get_teacher_client=lambda: "teacher", get_reward_handles=lambda: ["reward"]
+    )
+    return runner
+
+
+def test_warm_workers_started_in_the_constructor_are_given_to_the_warm_manager(warm_module: Any) -> None:
+    runner = _runner_with_trainer(_plan(4))
+    runner.init_agent_loop_manager()
+    assert warm_module.calls == [
+        ("balancer", False),
+        ("workers", 4),
+        "discard balancer",  # the rollout servers are up: an untaken balancer is not left idle
+        (
+            "warm manager",
+            {
+                "config": "the config",
+                "llm_client": "llm",
+                "teacher_client": "teacher",
+                "reward_loop_worker_handles": ["reward"],
+            },
+        ),
+    ]
+    assert runner.agent_loop_manager == "warm manager"
+
+
+def test_a_failure_of_the_warm_path_falls_back_to_verls_own(
+    warm_module: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fail(n: int) -> int:
+        raise RuntimeError("no CPU for the workers")
+
+    warm_module.prestart = fail
+    runner = _runner_with_trainer(_plan(4))  # the constructor does not fail
+    out = capsys.readouterr().out
+    assert "agent loop workers not started early" in out
+    assert task_runner.PREPARED_LINE in out  # the start-up line is still printed
+    runner.init_agent_loop_manager()
+    assert warm_module.calls[-1] == "verl's own manager"
+    assert not any(call[0] == "warm manager" for call in warm_module.calls if isinstance(call, tuple))
+
+
+def test_no_warm_workers_are_started_when_the_plan_has_none(warm_module: Any) -> None:
+    runner = _runner_with_trainer(_plan(0))  # the kill switch, or a custom manager
+    runner.init_agent_loop_manager()
+    assert warm_module.calls == ["discard balancer", "verl's own manager"]
+
+
+# ------------------------------------------------------------------- grpo_trainer.agent_loop over fakes
+
+
+class _FakeVerlWorker:
+    def __init__(self, config: Any, llm_client: Any, teacher_client: Any, reward_handles: Any) -> None:
+        self.bound_with = (config, llm_client, teacher_client, reward_handles)
+
+
+class _FakeManager:  # verl's AgentLoopManagerTQ: what WarmAgentLoopManager reads and the method it overrides
+    def __init__(self, num_workers: int) -> None:
+        self.rollout_config = SimpleNamespace(agent=SimpleNamespace(num_workers=num_workers))
+        self.config, self.llm_client, self.teacher_client = "config", "llm", "teacher"
+        self.reward_loop_worker_handles = ["reward"]
+        self.agent_loop_workers: Any = None
+
+    async def _init_agent_loop_workers(self) -> None:
+        self.agent_loop_workers = "verl's own workers"
+
+
+class _FakeServerManager:  # verl's LLMServerManager: what _take_balancer reads
+    def __init__(self, worker_group: Any = "hybrid", router_config_path: Any = None, full_determinism: bool = False):
+        self.worker_group = worker_group
+        self._load_balancer_cls = None
+        self.rollout_config = SimpleNamespace(router_config_path=router_config_path, full_determinism=full_determinism)
+        self.server_addresses, self.server_handles = ["10.0.0.1:8000", "10.0.0.2:8000"], ["s1", "s2"]
+        self.global_load_balancer: Any = None
+
+    async def _init_global_load_balancer(self) -> None:
+        self.global_load_balancer = "verl's own balancer"
+
+
+class _Handle:
+    """A Ray actor handle: `handle.method.remote(...)` awaits to the method's result."""
+
+    def __init__(self, name: str, fail: bool = False) -> None:
+        self.name, self.fail, self.calls = name, fail, []  # type: ignore[var-annotated]
+        self.bind = self.add_servers = SimpleNamespace(remote=self._remote)
+
+    async def _remote(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(args)
+        if self.fail:
+            raise RuntimeError(f"{self.name} died")
+
+
+@pytest.fixture()
+def agent_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """grpo_trainer.agent_loop imported afresh over fakes of verl's modules; ray.kill recorded."""
+    import grpo_trainer
+    import ray
+
+    fakes = {
+        "verl.trainer.ppo.v1.agent_loop_tq": {
+            "AgentLoopManagerTQ": _FakeManager,
+            "AgentLoopWorkerTQ": SimpleNamespace(__ray_actor_class__=_FakeVerlWorker),
+        },
+        "verl.workers.rollout.llm_server": {"LLMServerManager": _FakeServerManager},
+        "verl.workers.rollout.router": {
+            "DEFAULT_ROUTING_CACHE_SIZE": 128,
+            "GlobalRequestLoadBalancer": type("GlobalRequestLoadBalancer", (), {}),
+        },
+    }
+    for name, attrs in fakes.items():
+        module = types.ModuleType(name)
+        module.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, module)
+    # the patch prestart_load_balancer installs lands on this test's class, not on another test's
+    monkeypatch.setattr(_FakeServerManager, "_init_global_load_balancer", _FakeServerManager._init_global_load_balancer)
+    old = sys.modules.pop("grpo_trainer.agent_loop", None)
+    monkeypatch.setattr(grpo_trainer, "agent_loop", None, raising=False)
+    killed: list[Any] = []
+    monkeypatch.setattr(ray, "kill", killed.append)
+    try:
+        module = importlib.import_module("grpo_trainer.agent_loop")
+        module.killed = killed
+        yield module
+    finally:
+        sys.modules.pop("grpo_trainer.agent_loop", None)
+        if old is not None:
+            sys.modules["grpo_trainer.agent_loop"] = old
+
+
+def test_prestart_starts_the_asked_number_round_robin_over_alive_cpu_nodes(
+    agent_loop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    a, b = "a" * 56, "b" * 56  # Ray checks the hex form of node ids
+    nodes = [
+        {"NodeID": a, "Alive": True, "Resources": {"CPU": 8.0}},
+        {"NodeID": "dead", "Alive": False, "Resources": {"CPU": 8.0}},
+        {"NodeID": "no-cpu", "Alive": True, "Resources": {"GPU": 8.0}},
+        {"NodeID": b, "Alive": True, "Resources": {"CPU": 8.0}},
+    ]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    placed: list[Any] = []
+    fake_actor = SimpleNamespace(
+        options=lambda **o: SimpleNamespace(remote=lambda: placed.append(o["scheduling_strategy"]) or len(placed))
+    )
+    monkeypatch.setattr(agent_loop, "_WarmWorker", fake_actor)
+    assert agent_loop.prestart(0) == 0 and placed == []
+    assert agent_loop.prestart(3) == 3
+    assert [(s.node_id, s.soft) for s in placed] == [(a, True), (b, True), (a, True)]
+    assert agent_loop._warm == [1, 2, 3]
+
+
+def test_bind_runs_verls_worker_constructor_with_verls_arguments(agent_loop: Any) -> None:
+    worker = agent_loop.GrpoAgentLoopWorkerTQ()  # started early: nothing of verl's run yet
+    assert not hasattr(worker, "bound_with")
+    worker.bind("config", "llm", "teacher", ["reward"])
+    assert worker.bound_with == ("config", "llm", "teacher", ["reward"])
+
+
+def test_the_warm_manager_binds_the_warm_workers(agent_loop: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    workers = [_Handle("w0"), _Handle("w1")]
+    agent_loop._warm.extend(workers)
+    manager = agent_loop.WarmAgentLoopManager(2)
+    asyncio.run(manager._init_agent_loop_workers())
+    assert manager.agent_loop_workers == workers
+    assert all(w.calls == [("config", "llm", "teacher", ["reward"])] for w in workers)
+    assert agent_loop.BOUND_LINE in capsys.readouterr().out
+    assert agent_loop.killed == []
+
+
+def test_warm_workers_that_fail_to_bind_are_removed_and_verl_creates_its_own(agent_loop: Any) -> None:
+    workers = [_Handle("w0"), _Handle("w1", fail=True)]
+    agent_loop._warm.extend(workers)
+    manager = agent_loop.WarmAgentLoopManager(2)
+    asyncio.run(manager._init_agent_loop_workers())
+    assert manager.agent_loop_workers == "verl's own workers"
+    assert agent_loop.killed == workers
+
+
+def test_warm_workers_of_another_count_than_verls_are_removed_and_verl_creates_its_own(agent_loop: Any) -> None:
+    workers = [_Handle("w0"), _Handle("w1")]
+    agent_loop._warm.extend(workers)
+    manager = agent_loop.WarmAgentLoopManager(3)  # the config asks for 3 now
+    asyncio.run(manager._init_agent_loop_workers())
+    assert manager.agent_loop_workers == "verl's own workers"
+    assert agent_loop.killed == workers
+    assert agent_loop._warm == [] and all(w.calls == [] for w in workers)
+
+
+def _prestarted_balancer(agent_loop: Any, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> _Handle:
+    import ray
+
+    balancer = _Handle("balancer", fail=fail)
+    started: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray, "remote", lambda cls: SimpleNamespace(remote=lambda **kw: started.append(kw) or balancer))
+    agent_loop.prestart_load_balancer(False)
+    assert started == [{"servers": {}, "max_cache_size": 128, "full_determinism": False}]  # verl's defaults
+    return balancer
+
+
+def test_the_training_rollout_takes_the_warm_balancer_with_its_servers_added(
+    agent_loop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    balancer = _prestarted_balancer(agent_loop, monkeypatch)
+    manager = _FakeServerManager()
+    asyncio.run(manager._init_global_load_balancer())
+    assert manager.global_load_balancer is balancer
+    assert balancer.calls == [({"10.0.0.1:8000": "s1", "10.0.0.2:8000": "s2"},)]
+    agent_loop.discard_unused_balancer()  # taken: nothing left to remove
+    assert agent_loop.killed == []
+
+
+@pytest.mark.parametrize(
+    "manager",
+    [
+        _FakeServerManager(router_config_path="router.yaml"),  # a router plugin
+        _FakeServerManager(worker_group=None),  # standalone servers (separate_async)
+        _FakeServerManager(full_determinism=True),  # another balancer than the one started
+    ],
+    ids=["router-plugin", "standalone", "full-determinism-differs"],
+)
+def test_other_managers_get_verls_own_balancer_and_the_unused_one_is_removed(
+    agent_loop: Any, monkeypatch: pytest.MonkeyPatch, manager: _FakeServerManager
+) -> None:
+    balancer = _prestarted_balancer(agent_loop, monkeypatch)
+    asyncio.run(manager._init_global_load_balancer())
+    assert manager.global_load_balancer == "verl's own balancer"
+    assert balancer.calls == []
+    agent_loop.discard_unused_balancer()
+    assert agent_loop.killed == [balancer]
+
+
+def test_a_warm_balancer_that_fails_to_take_servers_is_removed_and_verl_starts_its_own(
+    agent_loop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    balancer = _prestarted_balancer(agent_loop, monkeypatch, fail=True)
+    manager = _FakeServerManager()
+    asyncio.run(manager._init_global_load_balancer())
+    assert manager.global_load_balancer == "verl's own balancer"
+    assert agent_loop.killed == [balancer]
