@@ -822,9 +822,118 @@ class MonitoringSpec(ApiModel):
     )
 
 
+# --------------------------------------------------------------------------- guardrails
+
+GuardrailMode = Literal["observe", "act"]
+_DETECTOR_MODE = (
+    "observe or act for this detector alone; empty follows guardrails.mode (e.g. act on nonFinite only)."
+)
+
+
+class _DetectorSpec(ApiModel):
+    enabled: bool = Field(default=True, description="Run this detector.")
+    mode: GuardrailMode | None = Field(default=None, description=_DETECTOR_MODE)
+
+
+class _PersistingDetectorSpec(_DetectorSpec):
+    """k of the last m evaluated steps out of bounds trips it; empty fields take the trainer's defaults
+    (docs/guardrails.md)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("!has(self.k) || !has(self.m) || self.k <= self.m", "guardrails: k must not exceed m (k of the "
+                "last m steps out of bounds trips the detector); lower k or raise m"),
+        )
+    )
+
+    k: int | None = Field(default=None, ge=1, le=200, description="Out-of-bounds steps needed to trip ...")
+    m: int | None = Field(default=None, ge=1, le=200, description="... among the last m evaluated steps.")
+
+
+class KlRunawaySpec(_PersistingDetectorSpec):
+    """KL loss far above its own trailing median (default: 10x, above 0.01, 3 of 5 steps)."""
+
+    factor: float | None = Field(default=None, gt=1, le=1000, description="KL above factor x its trailing median.")
+    min_kl: float | None = Field(default=None, ge=0, le=100, description="... and above this floor.")
+    window: int | None = Field(default=None, ge=10, le=200, description="Steps in the trailing median.")
+
+
+class GradSpikeSpec(_PersistingDetectorSpec):
+    """Gradient norm far above its own trailing median (default: 3x and 6 robust sigmas, 3 of 5 steps)."""
+
+    factor: float | None = Field(default=None, gt=1, le=1000, description="Grad norm above factor x its trailing "
+                                 "median ...")
+    z: float | None = Field(default=None, gt=0, le=1000, description="... and more than z robust sigmas above it.")
+    window: int | None = Field(default=None, ge=10, le=200, description="Steps in the trailing median.")
+
+
+class PolicyCollapseSpec(_PersistingDetectorSpec):
+    """Entropy and reward spread far below the warm-up's while reward stops improving (default 5 of 8 steps)."""
+
+    entropy_ratio: float | None = Field(default=None, gt=0, lt=1, description="Entropy below this x its warm-up "
+                                        "median ...")
+    spread_ratio: float | None = Field(default=None, gt=0, lt=1, description="... and reward std below this x its "
+                                       "warm-up median.")
+    slope_window: int | None = Field(default=None, ge=5, le=100, description="Steps over which reward must be "
+                                     "improving.")
+
+
+class DegenerateBatchSpec(_PersistingDetectorSpec):
+    """Nearly every response cut at the length limit with no reward spread (default 95 %, 3 of 5 steps)."""
+
+    clip_ratio: float | None = Field(default=None, gt=0, le=1, description="Share of responses cut at "
+                                     "data.maxResponseLength ...")
+    spread_ratio: float | None = Field(default=None, gt=0, lt=1, description="... with reward std below this x its "
+                                       "warm-up median.")
+
+
+class GuardrailDetectors(ApiModel):
+    """Each detector's switch, mode and thresholds; every rule is relative to the job's own history."""
+
+    non_finite: _DetectorSpec = Field(default_factory=_DetectorSpec, description="NaN or infinite loss, gradient "
+                                      "norm, entropy or KL (no warm-up).")
+    kl_runaway: KlRunawaySpec = Field(default_factory=KlRunawaySpec, description="KL runaway.")
+    grad_spike: GradSpikeSpec = Field(default_factory=GradSpikeSpec, description="Gradient-norm spikes.")
+    policy_collapse: PolicyCollapseSpec = Field(default_factory=PolicyCollapseSpec, description="Policy collapse.")
+    degenerate_batch: DegenerateBatchSpec = Field(default_factory=DegenerateBatchSpec,
+                                                  description="Degenerate batches.")
+
+
+class GuardrailRollback(ApiModel):
+    """What act does when a detector trips: a new attempt from the last checkpoint before the trouble, with one
+    bounded change; once maxRollbacks are used, the next trip suspends the job."""
+
+    max_rollbacks: int = Field(default=2, ge=0, le=2, description="Rollbacks per job (at most 2); the trip after "
+                               "the last suspends the job (spec.scheduling.suspend) with its checkpoints kept.")
+    change: Literal["learningRate", "klCoef"] = Field(
+        default="learningRate",
+        description="The one setting each rollback changes: learningRate multiplies the actor's learning rate by "
+        "learningRateFactor; klCoef multiplies the KL loss coefficient by klCoefFactor (needs "
+        "algorithm.klLoss.enabled).",
+    )
+    learning_rate_factor: float = Field(default=0.5, ge=0.1, le=0.9, description="Learning rate x this per rollback.")
+    kl_coef_factor: float = Field(default=2.0, ge=1.1, le=10, description="KL loss coefficient x this per rollback.")
+
+
+class GuardrailsSpec(ApiModel):
+    """Health checks of the run, per training step (docs/guardrails.md). observe records a GuardrailTripped
+    condition and an Event; act also rolls the job back, and suspends it when the problem comes back."""
+
+    mode: GuardrailMode = Field(default="observe", description="observe (report only) or act (roll back, then "
+                                "suspend).")
+    warmup_steps: int = Field(default=20, ge=20, le=10_000, description="Steps each statistical detector watches "
+                              "before it may trip (at least 20).")
+    hold_seconds: int = Field(default=900, ge=60, le=86_400, description="In act mode, how long the trainer waits "
+                              "(taking no step and saving no checkpoint) for the operator to roll back after a trip; "
+                              "after that the attempt fails.")
+    rollback: GuardrailRollback = Field(default_factory=GuardrailRollback, description="What act does.")
+    detectors: GuardrailDetectors = Field(default_factory=GuardrailDetectors, description="Per-detector settings.")
+
+
 _SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata")
 # Frozen once training has started (see frozen_once_training); spec.checkpoints from creation on.
 FROZEN_ONCE_TRAINING = (
+    "guardrails",
     "model",
     "data",
     "training",
@@ -871,6 +980,8 @@ SPEC_RULE_MESSAGES = {
     "temperature": "rollout.temperature=0 samples greedily: with algorithm.groupSize > 1 every response of a "
     "group is the same, so each group's rewards are equal, GRPO's advantage is zero and nothing trains; "
     "set rollout.temperature above 0 (0.7 to 1.0 is usual)",
+    "kl_rollback": "guardrails.rollback.change=klCoef raises the KL loss coefficient, but algorithm.klLoss.enabled "
+    "is false, so the change would do nothing; enable algorithm.klLoss or use change=learningRate",
     "gpu_memory": "rollout.gpuMemoryUtilization must be below 1.0: vLLM starts only when that fraction of the "
     "whole GPU is free, and the CUDA context (in colocated mode also the actor's weights and optimizer "
     "state) always holds some of it; use 0.5 to 0.7 in colocated mode, at most 0.9 in disaggregated mode",
@@ -929,6 +1040,8 @@ class GRPOJobSpec(ApiModel):
             ),
             cel("self.algorithm.groupSize < 2 || self.rollout.temperature > 0.0", SPEC_RULE_MESSAGES["temperature"]),
             cel("self.rollout.gpuMemoryUtilization < 1.0", SPEC_RULE_MESSAGES["gpu_memory"]),
+            cel("self.guardrails.rollback.change != 'klCoef' || self.algorithm.klLoss.enabled",
+                SPEC_RULE_MESSAGES["kl_rollback"]),
             cel(
                 "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= self.data.trainBatchSize",
                 "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "
@@ -987,6 +1100,10 @@ class GRPOJobSpec(ApiModel):
     )
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Thresholds of the training-health alerts (editable)."
+    )
+    guardrails: GuardrailsSpec = Field(
+        default_factory=GuardrailsSpec,
+        description="Per-step health checks of the run and what the operator does when one trips.",
     )
     preflight: PreflightSpec = Field(
         default_factory=PreflightSpec,
@@ -1063,7 +1180,8 @@ class ProgressStatus(StatusModel):
     guardrails: dict[str, Any] | None = Field(
         default=None,
         description="Each guardrail detector's state as the trainer computed it at the last step (mode, status, "
-        "step, value, baseline, onset step, reason; docs/guardrails.md). Reported only: nothing acts on it yet.",
+        "step, value, baseline, onset step, reason; in act mode the action the trainer holds for; docs/guardrails.md). "
+        "The operator records and acts on it (status.guardrails).",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
 
@@ -1120,6 +1238,48 @@ class PreflightStatus(StatusModel):
     failures: list[PreflightCheckStatus] = Field(default_factory=list, description="The checks that failed.")
 
 
+class GuardrailTripStatus(StatusModel):
+    """A detector that tripped, as the operator recorded it."""
+
+    attempt: int = Field(description="The attempt it tripped in (1 is the first; each rollback starts one more).")
+    detector: str = Field(description="The detector, e.g. grad_spike.")
+    step: int | None = Field(default=None, description="The step it tripped at.")
+    onset_step: int | None = Field(default=None, description="The first out-of-bounds step of the window that tripped.")
+    value: float | None = Field(default=None, description="Its headline value at the trip.")
+    baseline: float | None = Field(default=None, description="The baseline that value was compared with.")
+    mode: str = Field(default="observe", description="observe or act, as this detector ran.")
+    outcome: str = Field(
+        default="Observed", description="Observed, RolledBack or Suspended: what the operator did about it."
+    )
+    reason: str = Field(default="", description="The detector's rule as it broke.")
+
+
+class GuardrailRollbackStatus(StatusModel):
+    """A rollback: the attempt it started, where it resumed, and the one setting it changed."""
+
+    attempt: int = Field(description="The attempt this rollback started.")
+    detector: str = Field(description="The detector whose trip caused it.")
+    from_step: int = Field(description="The checkpoint step the attempt resumes from (pinned: keep never prunes it).")
+    change: str = Field(description="The setting changed, e.g. learningRate 1e-06 -> 5e-07.")
+    learning_rate: float | None = Field(default=None, description="The actor learning rate of the attempt.")
+    kl_loss_coef: float | None = Field(default=None, description="The KL loss coefficient of the attempt.")
+    requested_at: datetime | None = Field(default=None, description="When the operator decided it.")
+    started: bool = Field(default=False, description="Whether the attempt's RayJob has been created.")
+
+
+class GuardrailsStatus(StatusModel):
+    """What the operator did about the guardrails' trips."""
+
+    attempt: int = Field(default=1, description="The current attempt (1 plus the rollbacks started).")
+    trips: list[GuardrailTripStatus] = Field(default_factory=list, description="Every trip, in order.")
+    rollbacks: list[GuardrailRollbackStatus] = Field(default_factory=list, description="Every rollback, in order.")
+    suspended: bool = Field(
+        default=False,
+        description="The guardrails suspended the job (spec.scheduling.suspend was set to true); set it back to "
+        "false to resume from the last rollback's checkpoint with the changes made so far.",
+    )
+
+
 class GRPOJobStatus(StatusModel):
     """What the operator and the trainer observed."""
 
@@ -1143,6 +1303,9 @@ class GRPOJobStatus(StatusModel):
     restarts: int = Field(default=0, description="Retries of the RayJob so far.")
     checkpoint: CheckpointStatus | None = Field(default=None, description="The latest checkpoint.")
     progress: ProgressStatus | None = Field(default=None, description="Training progress.")
+    guardrails: GuardrailsStatus | None = Field(
+        default=None, description="Guardrail trips, rollbacks and suspension (spec.guardrails)."
+    )
     export: ExportStatus | None = Field(default=None, description="The exported model.")
     rehearsal: RehearsalStatus | None = Field(default=None, description="The rehearsal's verdict (spec.rehearsal).")
     logs: LogsStatus | None = Field(default=None, description="Where the driver's log is.")

@@ -431,6 +431,11 @@ def _check_batches(spec: GRPOJobSpec) -> None:
         )
 
 
+def _check_guardrails(spec: GRPOJobSpec) -> None:
+    if spec.guardrails.rollback.change == "klCoef" and not spec.algorithm.kl_loss.enabled:
+        raise PlanError("guardrails.rollback.change", SPEC_RULE_MESSAGES["kl_rollback"])
+
+
 def _check_sampling(spec: GRPOJobSpec) -> None:
     if spec.algorithm.group_size > 1 and spec.rollout.temperature <= 0:
         raise PlanError("rollout.temperature", SPEC_RULE_MESSAGES["temperature"])
@@ -606,6 +611,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     _check_roles(spec)
     _check_batches(spec)
     _check_sampling(spec)
+    _check_guardrails(spec)
     _check_quantities(spec)
     groups = _groups(spec)
     verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render

@@ -192,6 +192,7 @@ def test_operator_with_the_chart_rbac_reconciles_the_examples_to_succeeded(
     (("delete", "persistentvolumeclaims", "-n", "team-chart"), False),
     (("delete", "configmaps", "-n", "team-chart"), True),  # the verl ConfigMap, replaced before training
     (("delete", "jobs.batch", "-n", "team-chart"), True),  # the preflight Job, likewise
+    (("delete", "rayjobs.ray.io", "-n", "team-chart"), True),  # an attempt a guardrail rolls back or suspends
     (("get", "nodes"), False),
     (("list", "nodes"), True),
     (("create", "pods", "-n", "team-chart"), False),

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
-from grpo_operator.reconcile import gate
+from grpo_operator.reconcile import gate, guardrail_actions
 from grpo_operator.reconcile.binding import CLAIMS_CHECKED_IN, STORAGE_CHECKS, check_storage_later
 from grpo_operator.reconcile.capacity import NodeView, capacity_shortfalls, gpu_memory_by_role, selector_string
 from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
@@ -33,6 +33,7 @@ from grpo_operator.reconcile.common import (
     write_status,
 )
 from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
+from grpo_operator.reconcile.guardrails import Record
 from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_fields, next_action, spec_digests
 from grpo_operator.reconcile.mirror import sync_status
 from grpo_operator.reconcile.preflight import disabled_condition
@@ -69,6 +70,14 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     if action is not Action.NONE:
         async with LOCKS.hold(key):
             await ACTIONS[action](job)
+    if guardrail_actions.worth_a_look(job):
+        async with LOCKS.hold(key):
+            try:
+                await guardrail_actions.act_on_guardrails(namespace, name)
+            except Exception:
+                # kopf drops a watch handler's exception; the trainer holds, so the next look acts.
+                log.exception("acting on the guardrails of %s/%s failed; trying again", namespace, name)
+                _retry_guardrails_later(namespace, name)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT,
@@ -107,6 +116,15 @@ async def _retry(namespace: str, name: str) -> None:
 
 def _retry_later(namespace: str, name: str, delay: float) -> None:
     RETRIES.schedule((namespace, name), delay, lambda: _retry(namespace, name))
+
+
+def _retry_guardrails_later(namespace: str, name: str) -> None:
+    async def again() -> None:
+        async with LOCKS.hold((namespace, name)):
+            await guardrail_actions.act_on_guardrails(namespace, name)
+            await guardrail_actions.start_pending_attempt(namespace, name)
+
+    RETRIES.schedule((namespace, name, "guardrails"), SETTINGS.error_retry_seconds, again)
 
 
 async def create(job: dict) -> None:
@@ -237,8 +255,13 @@ async def apply_edit(job: dict) -> None:
     digests = spec_digests(spec)
     before = status.get("specDigests")
     edited = edited_fields(before, digests) if before is not None else []
-    if "spec.scheduling.suspend" in edited and status.get("rayJobName"):
-        suspend = bool((spec.get("scheduling") or {}).get("suspend"))
+    suspend = bool((spec.get("scheduling") or {}).get("suspend"))
+    if "spec.scheduling.suspend" in edited and Record.of(status).suspended:
+        # The guardrails suspended it (their own write of suspend lands here too): there is no RayJob to
+        # forward to; un-suspending starts a new attempt.
+        if not suspend:
+            await guardrail_actions.resume_suspended(job)
+    elif "spec.scheduling.suspend" in edited and status.get("rayJobName"):
         await kube.patch_rayjob_suspend(meta["namespace"], status["rayJobName"], suspend)
     ignored = [f for f in edited if f not in FORWARDED_FIELDS]
     if ignored:

@@ -8,6 +8,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import METRICS_PORT, Plan, PodShape
+from grpo_operator.render.guardrails import guardrails_env
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_LABEL = "grpo.dev/job"
@@ -56,12 +57,15 @@ def metadata(plan: Plan, name: str, component: str, **extra_labels: str) -> dict
 
 
 def trainer_env(spec: GRPOJobSpec, plan: Plan) -> list[dict[str, Any]]:
-    """Env of every trainer container: the GRPOJob to report into, the metrics port, then the user's."""
+    """Env of every trainer container: the GRPOJob to report into, the metrics port, the guardrails, then the
+    user's."""
     env: list[dict[str, Any]] = [
         {"name": "GRPO_JOB_NAME", "value": plan.names.job},
         {"name": "GRPO_JOB_NAMESPACE", "value": plan.names.namespace},
         {"name": "GRPO_METRICS_PORT", "value": str(METRICS_PORT)},
     ]
+    # Before the user's: a user's GRPO_GUARDRAILS (a test of the trainer's detectors) wins.
+    env.append(guardrails_env(spec))
     env += [e.model_dump(by_alias=True, exclude_none=True) for e in spec.env or []]
     return env
 

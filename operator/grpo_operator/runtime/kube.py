@@ -294,6 +294,12 @@ async def patch_grpojob_status(namespace: str, name: str, status: dict, resource
     return await api().request("PATCH", path, body, content_type=MERGE_PATCH)
 
 
+async def patch_grpojob_spec(namespace: str, name: str, spec: dict) -> dict:
+    """Merge `spec` into the GRPOJob's spec (the guardrails' suspension: the GRPOJob's own suspend)."""
+    path = RESOURCES["GRPOJob"].path(namespace, name)
+    return await api().request("PATCH", path, {"spec": spec}, content_type=MERGE_PATCH)
+
+
 async def delete(kind: str, namespace: str, name: str, uid: str | None = None) -> None:
     """Delete (its dependents in the background); with `uid`, only that very object. Gone already is done."""
     body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}

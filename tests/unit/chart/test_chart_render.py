@@ -210,9 +210,10 @@ def test_rbac_never_grants_secrets_wildcards_or_escalation(values: tuple[str, ..
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
         assert "secrets" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
-        # delete only what is replaced before training starts: the verl ConfigMap and the preflight Job.
+        # delete only what is replaced: the verl ConfigMap and the preflight Job before training starts, the
+        # RayJob of an attempt a guardrail rolls back or suspends. Never a PVC (checkpoints) or a GRPOJob.
         if "delete" in rule["verbs"]:
-            assert rule["resources"] in (["configmaps"], ["jobs"]), rule
+            assert rule["resources"] in (["configmaps"], ["jobs"], ["rayjobs"]), rule
 
 
 def test_nodes_are_only_listed_and_only_while_rbac_nodes_is_on() -> None:

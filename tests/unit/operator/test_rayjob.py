@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec, PodMetadata
@@ -158,12 +159,14 @@ def test_env_tells_the_trainer_which_grpojob_to_report_into(colocated_body: dict
     spec = spec_with(colocated_body, lambda s: s.update(env=[{"name": "HF_HUB_OFFLINE", "value": "1"}]))
     template = _groups(render_rayjob(spec, plan_of(spec, "qwen2-7b-length")))["actor"]["template"]
     env = {e["name"]: e.get("value") for e in _container(template)["env"]}
+    guardrails = json.loads(env.pop("GRPO_GUARDRAILS"))
     assert env == {
         "GRPO_JOB_NAME": "qwen2-7b-length",
         "GRPO_JOB_NAMESPACE": "team-a",
         "GRPO_METRICS_PORT": "9400",
         "HF_HUB_OFFLINE": "1",
     }
+    assert guardrails["mode"] == "observe" and "rollback" not in guardrails
 
 
 def test_scheduling_fields_reach_the_rayjob_and_pods(colocated_body: dict[str, Any]) -> None:
