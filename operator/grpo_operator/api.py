@@ -1252,6 +1252,9 @@ class GuardrailTripStatus(StatusModel):
         default="Observed", description="Observed, RolledBack or Suspended: what the operator did about it."
     )
     reason: str = Field(default="", description="The detector's rule as it broke.")
+    checkpoint_step: int | None = Field(
+        default=None, description="act: the newest checkpoint saved before the onset (the trainer pinned it)."
+    )
 
 
 class GuardrailRollbackStatus(StatusModel):
@@ -1265,6 +1268,9 @@ class GuardrailRollbackStatus(StatusModel):
     kl_loss_coef: float | None = Field(default=None, description="The KL loss coefficient of the attempt.")
     requested_at: datetime | None = Field(default=None, description="When the operator decided it.")
     started: bool = Field(default=False, description="Whether the attempt's RayJob has been created.")
+    resumed: bool = Field(
+        default=False, description="A user's resume after a suspension (no setting changed), not a rollback."
+    )
 
 
 class GuardrailsStatus(StatusModel):

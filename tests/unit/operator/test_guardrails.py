@@ -165,7 +165,7 @@ def test_kl_coef_rollback_refused_without_a_kl_loss(colocated_body: dict[str, An
         s["guardrails"] = {"mode": "act", "rollback": {"change": "klCoef"}}
 
     spec = spec_with(colocated_body, edit)
-    with pytest.raises(PlanError, match="guardrails.rollback.change.*enable algorithm.klLoss"):
+    with pytest.raises(PlanError, match=r"guardrails\.rollback\.change.*enable algorithm\.klLoss"):
         plan_of(spec)
 
 
