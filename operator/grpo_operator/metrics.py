@@ -55,6 +55,11 @@ ALERT_THRESHOLDS = {"entropyCollapseFraction": "entropy_collapse_fraction", "klG
 # A stored spec carries the defaults (the CRD applies them); a spec that bypassed the CRD falls back to
 # the model's rather than leaving the job without alerts.
 _THRESHOLD_DEFAULTS = MonitoringSpec().model_dump(by_alias=True)
+GUARDRAIL_TRIPS = Counter(
+    "grpo_operator_guardrail_trips_total",
+    "Guardrail trips the operator handled, by detector and outcome (Observed, RolledBack, Suspended).",
+    ["detector", "outcome"],
+)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 

@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from grpo_operator import metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError
 from grpo_operator.reconcile.children import Child
@@ -99,7 +100,8 @@ async def act_on_guardrails(namespace: str, name: str) -> None:
     conditions = tuple(u for u in updates if u is not None)
     await write_status(namespace, name, status, status.get("observedGeneration"), phase, conditions,
                        {"guardrails": guardrails})
-    for trip, _ in decision.trips:
+    for trip, outcome in decision.trips:
+        metrics.GUARDRAIL_TRIPS.labels(detector=trip.detector, outcome=outcome.value).inc()
         kopf.event(job, type="Warning", reason="GuardrailTripped", message=trip.describe())
     if decision.act is Act.NONE:
         return
