@@ -164,7 +164,9 @@ def test_a_refused_configuration_turns_guardrails_off_and_says_why_in_the_status
     reporter = _Reporter()
     backend = tracking.GrpoTrackingBackend(TrainerMetrics(), reporter, guardrails_error=error)
     backend.log({"actor/kl_loss": 0.1}, 1)
-    assert reporter.sections == [{"mode": "off", "error": error, "tripped": [], "detectors": []}]
+    assert reporter.sections == [
+        {"mode": "off", "attempt": 1, "error": error, "tripped": [], "detectors": [], "action": None}
+    ]
     default, none = tracking.guardrails_for(tracking.ProgressEnv.from_env({}))
     assert default is not None and default.mode == "observe" and none is None
 

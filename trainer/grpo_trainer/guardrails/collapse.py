@@ -8,11 +8,8 @@ from typing import Any
 
 from grpo_trainer.guardrails.baseline import WarmupBaseline
 from grpo_trainer.guardrails.latch import Latch
-from grpo_trainer.guardrails.sample import DetectorState, StepSample, finite
+from grpo_trainer.guardrails.sample import DetectorState, StepSample, finite, rounding_tolerance
 from grpo_trainer.guardrails.stats import theil_sen_slope
-
-# A reward std this small relative to the reward itself is float rounding of identical scores, not spread.
-ZERO_SPREAD_REL = 1e-6
 
 
 @dataclass
@@ -99,8 +96,7 @@ class DegenerateBatch:
         if self.baseline.observe({"rewardStd": spread}):
             return self.latch.warming(s.step, f"warm-up: {len(self.baseline.seen)} of {self.warmup} steps", spread)
         base = (self.baseline.value or {})["rewardStd"]
-        scale = abs(s.reward_mean) if finite(s.reward_mean) else 0.0  # type: ignore[arg-type]
-        no_spread = spread <= max(self.spread_ratio * base, ZERO_SPREAD_REL * max(1.0, scale))
+        no_spread = spread <= max(self.spread_ratio * base, rounding_tolerance(s))
         out = clip >= self.clip_ratio and no_spread
         why = f"clip ratio {clip:.3g}, reward std {spread:.4g} (baseline {base:.4g})"
         return self.latch.judge(s.step, out, why, spread, base, {"clipRatio": clip})

@@ -8,6 +8,7 @@ are the documented rules (docs/guardrails.md); every threshold is relative to th
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -15,7 +16,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+log = logging.getLogger(__name__)
+
 ENV_VAR = "GRPO_GUARDRAILS"
+# Set by the operator on an attempt a rollback started; validated in full by grpo_trainer.rollback.
+ROLLBACK_ENV_VAR = "GRPO_ROLLBACK"
 # Fewer steps cannot give a median and MAD worth comparing with (the issue's floor, not a tuning knob).
 MIN_WARMUP_STEPS = 20
 
@@ -28,12 +33,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, alias_generator=to_camel)
 
 
-class NonFiniteConfig(_Strict):
-    enabled: bool = True
+Mode = Literal["observe", "act"]
 
 
-class _Persisting(_Strict):
+class _Detector(_Strict):
     enabled: bool = True
+    mode: Mode | None = Field(default=None, description="observe or act for this detector; None: the job's mode.")
+
+
+class NonFiniteConfig(_Detector):
+    pass
+
+
+class _Persisting(_Detector):
     k: int = Field(default=3, ge=1, description="Out-of-bounds steps needed ...")
     m: int = Field(default=5, ge=1, description="... among the last m evaluated steps.")
 
@@ -78,9 +90,37 @@ class DetectorsConfig(_Strict):
 
 
 class GuardrailsConfig(_Strict):
-    mode: Literal["observe", "act"] = "observe"
+    mode: Mode = "observe"
     warmup_steps: int = Field(default=MIN_WARMUP_STEPS, ge=MIN_WARMUP_STEPS, le=10_000)
+    # A minute is the least an operator needs to see the trip and delete the RayJob; a day the most anyone
+    # would keep GPUs idle for it.
+    hold_seconds: int = Field(default=900, ge=60, le=86_400, description="act: how long the trainer holds.")
     detectors: DetectorsConfig = DetectorsConfig()
+
+
+def detector_config(config: GuardrailsConfig, name: str) -> _Detector:
+    return getattr(config.detectors, name)
+
+
+def detector_mode(config: GuardrailsConfig, name: str) -> Mode:
+    """The mode a detector runs in: its own, else the job's."""
+    return detector_config(config, name).mode or config.mode
+
+
+def _acting(config: GuardrailsConfig) -> list[str]:
+    names = type(config.detectors).model_fields
+    return [n for n in names if detector_config(config, n).enabled and detector_mode(config, n) == "act"]
+
+
+def acts(config: GuardrailsConfig) -> bool:
+    """Whether any enabled detector acts (a trip of it makes the trainer hold and the operator roll back)."""
+    return bool(_acting(config))
+
+
+def protection_horizon(config: GuardrailsConfig) -> int:
+    """The most steps an act-mode trip's onset can lie before the step it trips on (its k-of-m window m;
+    non_finite trips on its onset step: 1); 0 when nothing acts. Checkpoints this recent must be kept."""
+    return max((getattr(detector_config(config, n), "m", 1) for n in _acting(config)), default=0)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -116,3 +156,20 @@ def parse_config(raw: str | Mapping[str, Any] | None) -> GuardrailsConfig:
 
 def config_from_env(env: Mapping[str, str] | None = None) -> GuardrailsConfig:
     return parse_config((os.environ if env is None else env).get(ENV_VAR))
+
+
+def attempt_from_env(env: Mapping[str, str] | None = None) -> int:
+    """This attempt's number: GRPO_ROLLBACK's `attempt` (>= 2) on an attempt a rollback started, else 1.
+    Tolerant: grpo_trainer.rollback validates GRPO_ROLLBACK in full; a malformed value here only costs the
+    attempt number in the status, so it is logged and read as 1 rather than stopping training."""
+    raw = (os.environ if env is None else env).get(ROLLBACK_ENV_VAR)
+    if raw is None or not raw.strip():
+        return 1
+    try:
+        attempt = json.loads(raw).get("attempt")
+    except (ValueError, AttributeError):
+        attempt = None
+    if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 2:
+        return attempt
+    log.warning("%s has no valid attempt (an int >= 2): %.200s; reporting attempt 1", ROLLBACK_ENV_VAR, raw)
+    return 1

@@ -10,6 +10,9 @@ from grpo_trainer.progress.step_metrics import StepMetrics
 
 # The fields a NaN or infinity in which means the update itself is broken (not just a bad batch).
 NON_FINITE_FIELDS = ("loss", "pg_loss", "grad_norm", "entropy", "kl_loss")
+# A reward std (or advantage) this small relative to the reward itself is float rounding of identical
+# scores, not spread.
+ZERO_SPREAD_REL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class StepSample:
     reward_mean: float | None = None
     reward_std: float | None = None
     reward_max: float | None = None
+    advantage_max: float | None = None
+    advantage_min: float | None = None
     clip_ratio: float | None = None
     non_finite: tuple[str, ...] = ()
 
@@ -38,6 +43,8 @@ class StepSample:
             reward_mean=m.reward_mean,
             reward_std=m.reward_std,
             reward_max=m.reward_max,
+            advantage_max=m.advantage_max,
+            advantage_min=m.advantage_min,
             clip_ratio=m.response_clip_ratio,
             non_finite=tuple(name for name in m.non_finite if name in NON_FINITE_FIELDS),
         )
@@ -72,3 +79,25 @@ class DetectorState:
 
 def finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def rounding_tolerance(s: StepSample) -> float:
+    """What counts as zero spread at this step: float rounding of the reward's magnitude (and never < 1e-6)."""
+    scale = abs(s.reward_mean) if finite(s.reward_mean) else 0.0  # type: ignore[arg-type]
+    return ZERO_SPREAD_REL * max(1.0, scale)
+
+
+def no_learning_signal(s: StepSample) -> str | None:
+    """Why this step carried no policy-gradient signal, or None when it did (or nothing says).
+
+    GRPO's advantage is a response's reward minus its group's mean (over the group's std): when no group
+    had a reward spread, every advantage is 0, the policy-gradient term vanishes, and what the optimizer saw
+    is the KL (and entropy) term alone. The advantages say so directly; without them a batch reward std of
+    0 implies it (no spread in the batch, none in any group)."""
+    tol = rounding_tolerance(s)
+    if finite(s.advantage_max) and finite(s.advantage_min):
+        largest = max(abs(s.advantage_max), abs(s.advantage_min))  # type: ignore[arg-type]
+        return f"every advantage 0 at step {s.step} (no group had a reward spread)" if largest <= tol else None
+    if finite(s.reward_std) and s.reward_std <= tol:  # type: ignore[operator]
+        return f"reward std 0 at step {s.step} (no learning signal)"
+    return None

@@ -8,11 +8,12 @@ steps ago" is the symptom, not "far above where it started".
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_trainer.guardrails.latch import Latch
-from grpo_trainer.guardrails.sample import DetectorState, StepSample, finite
+from grpo_trainer.guardrails.sample import DetectorState, StepSample, finite, no_learning_signal
 from grpo_trainer.guardrails.stats import median, robust_sigma
 
 # A robust sigma never below 5% of the median: a flat series (MAD 0) must not make noise look like a spike.
@@ -22,7 +23,9 @@ SIGMA_FLOOR = 0.05
 @dataclass
 class TrailingSpike:
     """Out of bounds when value > factor x trailing median, AND value - median > z x robust sigma (z=0:
-    off), AND value > min_value (0: off). The trailing window holds the `window` steps before this one."""
+    off), AND value > min_value (0: off). The trailing window holds the `window` steps before this one.
+    A step `skip` gives a reason for is not evaluated: it neither enters the window nor counts towards the
+    warm-up or k of m."""
 
     name: str
     metric: str
@@ -33,6 +36,7 @@ class TrailingSpike:
     m: int
     z: float = 0.0
     min_value: float = 0.0
+    skip: Callable[[StepSample], str | None] | None = None
     history: deque[float] = field(init=False)
     seen: int = 0
     restored: dict[str, float] | None = None
@@ -53,6 +57,8 @@ class TrailingSpike:
         value = getattr(s, self.metric)
         if not finite(value):  # absent, or non-finite (non_finite's business): not evaluated
             return self._idle(s.step, f"no finite {self.metric} at step {s.step}")
+        if self.skip is not None and (why := self.skip(s)):
+            return self._idle(s.step, why)
         ref = self._reference()
         self.history.append(value)
         self.seen += 1
@@ -83,4 +89,9 @@ def kl_runaway(warmup: int, factor: float, min_kl: float, window: int, k: int, m
 
 
 def grad_spike(warmup: int, factor: float, z: float, window: int, k: int, m: int) -> TrailingSpike:
-    return TrailingSpike("grad_spike", "grad_norm", warmup, factor, window, k, m, z=z)
+    # Only steps with a learning signal are compared, with each other. A step whose advantages are all 0
+    # has no policy-gradient term: its grad norm is the KL term's alone, a different quantity ~100x
+    # smaller (H200 guard-temp run: 0.01 against 0.7). Mixed into one window, such steps drag the median
+    # onto the small mode and every ordinary step looks like a 70x spike (a false trip at step 24 there).
+    # Such a step cannot be an unstable policy update either, which is what this detector is for.
+    return TrailingSpike("grad_spike", "grad_norm", warmup, factor, window, k, m, z=z, skip=no_learning_signal)

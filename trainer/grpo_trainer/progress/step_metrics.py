@@ -14,6 +14,9 @@ VERL_KEYS: dict[str, tuple[str, ...]] = {
     "reward_std": ("critic/score/std",),  # added by grpo_trainer.progress.score_std (verl has no std)
     "reward_min": ("critic/score/min", "critic/rewards/min"),
     "reward_max": ("critic/score/max", "critic/rewards/max"),
+    # GRPO's learning signal: all zero when no group had a reward spread (the guardrails skip such steps)
+    "advantage_max": ("critic/advantages/max",),
+    "advantage_min": ("critic/advantages/min",),
     "kl_loss": ("actor/kl_loss",),
     "pg_loss": ("actor/pg_loss",),
     "loss": ("actor/loss",),  # pg_loss plus the KL and entropy terms: what backward() saw
@@ -36,6 +39,8 @@ class StepMetrics:
     reward_std: float | None = None
     reward_min: float | None = None
     reward_max: float | None = None
+    advantage_max: float | None = None
+    advantage_min: float | None = None
     kl_loss: float | None = None
     pg_loss: float | None = None
     loss: float | None = None

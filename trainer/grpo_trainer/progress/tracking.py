@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from grpo_trainer.guardrails import Guardrails, GuardrailsConfigError, parse_config
+from grpo_trainer.guardrails.action import Action, Clock, hold
 from grpo_trainer.guardrails.config import ENV_VAR as GUARDRAILS_ENV
+from grpo_trainer.guardrails.config import attempt_from_env
+from grpo_trainer.guardrails.sample import DetectorState
 from grpo_trainer.guardrails.status import error_section
 from grpo_trainer.progress.prometheus import TrainerMetrics
 from grpo_trainer.progress.status import StatusReporter
 from grpo_trainer.progress.step_file import append_step
 from grpo_trainer.progress.step_metrics import StepMetrics, extract
+from grpo_trainer.rollback.pins import pin_step, rollback_step
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,7 @@ class ProgressEnv:
     job_name: str | None
     steps_file: str | None = None
     guardrails: str | None = None  # the GRPOJob's spec.guardrails as JSON; None: defaults (observe)
+    attempt: int = 1  # > 1 on an attempt a guardrail rollback started (GRPO_ROLLBACK)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ProgressEnv:
@@ -51,6 +56,7 @@ class ProgressEnv:
             job_name=e.get("GRPO_JOB_NAME") or None,
             steps_file=e.get("GRPO_METRICS_STEPS_FILE") or None,
             guardrails=e.get(GUARDRAILS_ENV) or None,
+            attempt=attempt_from_env(e),
         )
 
 
@@ -65,6 +71,13 @@ def total_steps_from(config: Mapping[str, Any] | None) -> int | None:
     return None
 
 
+def checkpoint_root_from(config: Mapping[str, Any] | None) -> Path | None:
+    """Where verl saves checkpoints (trainer.default_local_dir, relative to the driver's working directory
+    as verl itself reads it): where a rollback's checkpoint is found and pinned."""
+    root = ((config or {}).get("trainer") or {}).get("default_local_dir")
+    return Path(root) if isinstance(root, str) and root else None
+
+
 class GrpoTrackingBackend:
     """A verl tracking backend: `log(data, step)` and `finish()`, like verl's own adapters."""
 
@@ -76,6 +89,9 @@ class GrpoTrackingBackend:
         steps_file: Path | None = None,
         guardrails: Guardrails | None = None,
         guardrails_error: str | None = None,
+        checkpoint_root: Path | None = None,
+        clock: Clock | None = None,
+        attempt: int = 1,
     ) -> None:
         self.metrics = metrics
         self.reporter = reporter
@@ -83,8 +99,15 @@ class GrpoTrackingBackend:
         self.steps_file = steps_file
         self.guardrails = guardrails
         self.guardrails_error = guardrails_error
+        self.checkpoint_root = checkpoint_root
+        self.clock = clock or Clock()
+        self.attempt = attempt
 
     def log(self, data: Mapping[str, Any], step: int) -> None:
+        """verl calls this once per step, after the step's checkpoint (if any) was saved. After an act-mode
+        trip it does not return: it holds until the operator ends the attempt, or raises when it does not
+        (GuardrailHoldExpired, deliberately outside the except clauses below, which keep reporting and
+        guardrail bugs from costing a step)."""
         if self.steps_file is not None:
             try:
                 append_step(self.steps_file, data, step)
@@ -96,18 +119,33 @@ class GrpoTrackingBackend:
         except Exception:  # never let progress reporting break a training step
             log.exception("grpo tracking backend: could not record step %s", step)
             return
-        section = self._guard(m)
-        if self.reporter is not None:
+        section, action = self._guard(m)
+        sent = self._report(m, section)
+        if action is None:
+            return
+
+        def resend() -> None:  # the operator acts on what the status says: a failed patch is sent again
+            nonlocal sent
+            sent = sent or self._report(m, section)
+
+        hold(action, self.clock, tick=resend)
+
+    def _report(self, m: StepMetrics, section: dict[str, Any] | None) -> bool:
+        if self.reporter is None:
+            return False
+        return bool(
             self.reporter.report(
                 m, self.total_steps, self.metrics.baseline.value, self.metrics.non_finite_count, section
             )
+        )
 
-    def _guard(self, m: StepMetrics) -> dict[str, Any] | None:
-        """Run the guardrails on this step; their status section (None when there is nothing to say)."""
+    def _guard(self, m: StepMetrics) -> tuple[dict[str, Any] | None, Action | None]:
+        """Run the guardrails on this step: their status section (None when there is nothing to say) and
+        the action to hold for (None unless an act-mode detector has just tripped)."""
         if self.guardrails_error is not None:
-            return error_section(self.guardrails_error)
+            return error_section(self.guardrails_error, self.attempt), None
         if self.guardrails is None:
-            return None
+            return None, None
         try:
             already = {s.name for s in self.guardrails.tripped()}
             states = self.guardrails.observe(m)
@@ -115,12 +153,42 @@ class GrpoTrackingBackend:
             for s in states:
                 if s.tripped and s.name not in already:
                     log.warning(
-                        "guardrail %s tripped at step %s (onset step %s): %s", s.name, s.step, s.onset_step, s.reason
+                        "guardrail %s tripped at step %s (onset step %s): %s (mode %s)",
+                        s.name,
+                        s.step,
+                        s.onset_step,
+                        s.reason,
+                        self.guardrails.detector_mode(s.name),
                     )
-            return self.guardrails.section()
+            trip = self.guardrails.acting_trip()
+            if trip is not None:
+                self.guardrails.action = self._action_for(trip)
+            return self.guardrails.section(), self.guardrails.action if trip is not None else None
         except Exception:  # a guardrail bug must not cost a training step
             log.exception("grpo tracking backend: guardrails failed at step %s", m.step)
-            return None
+            return None, None
+
+    def _action_for(self, trip: DetectorState) -> Action:
+        """The action of an act-mode trip: the checkpoint to roll back to, found and pinned (so that
+        checkpoints.keep pruning cannot remove it) before the operator is told about it."""
+        assert self.guardrails is not None
+        onset = trip.onset_step if trip.onset_step is not None else trip.step
+        root = self.checkpoint_root
+        step = rollback_step(root, onset) if root is not None else None
+        if root is not None and step is not None:
+            try:
+                pin_step(root, step)
+            except OSError:  # still roll back: no step is taken while holding, so nothing is pruned meanwhile
+                log.exception("guardrails: could not pin checkpoint step %s under %s", step, root)
+        action = Action.of(trip, step, self.guardrails.attempt, self.clock.wall(), self.guardrails.config.hold_seconds)
+        log.warning(
+            "guardrail %s acts: holding up to %s s (no step, no checkpoint) for the operator to roll back to "
+            "checkpoint step %s",
+            trip.name,
+            action.hold_seconds,
+            step if step is not None else "none (start again from step 0)",
+        )
+        return action
 
     def finish(self) -> None:
         # The HTTP server stays up until the process exits so the last values can still be scraped.
@@ -155,9 +223,11 @@ def backend_for_process(config: Mapping[str, Any] | None, env: ProgressEnv) -> G
             steps_file=Path(env.steps_file) if env.steps_file else None,
             guardrails=guardrails,
             guardrails_error=error,
+            attempt=env.attempt,
         )
         _process_backend["backend"] = backend
     backend.total_steps = total_steps_from(config) or backend.total_steps
+    backend.checkpoint_root = checkpoint_root_from(config) or backend.checkpoint_root
     return backend
 
 
@@ -165,7 +235,7 @@ def guardrails_for(env: ProgressEnv) -> tuple[Guardrails | None, str | None]:
     """The job's guardrails, or (None, why) when its configuration is refused. The driver refuses a bad
     one at start-up (config.worker_env); this is the backstop, and it reports rather than crashes."""
     try:
-        return Guardrails(parse_config(env.guardrails)), None
+        return Guardrails(parse_config(env.guardrails), attempt=env.attempt), None
     except GuardrailsConfigError as e:
         log.error("guardrails are off: %s", e)
         return None, str(e)
