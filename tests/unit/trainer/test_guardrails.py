@@ -15,6 +15,7 @@ import guardrail_streams as streams
 import pytest
 from grpo_trainer.guardrails import Guardrails, StepSample, parse_config
 from grpo_trainer.guardrails.replay import read_records
+from grpo_trainer.guardrails.sample import no_learning_signal
 from grpo_trainer.progress.step_metrics import extract
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,7 +60,13 @@ def test_the_entropy_drop_stream_really_falls_below_the_collapse_threshold() -> 
 
 
 def _recorded_jsonl() -> list[Path]:
-    return sorted(RESULTS.glob("*/*.steps.jsonl.gz"))
+    return sorted(RESULTS.glob("**/*.steps.jsonl.gz"))
+
+
+# What each recorded run must trip, (detector, onset, trip step); every other run: nothing. guard-temp's
+# length reward saturates at the 64-token cap (clip ratio 1, reward std 0 on 22 of 40 steps): a degenerate
+# batch by definition. guard-lr (lr 0.1) trips nothing: its 18 steps are all inside the warm-up.
+RECORDED_TRIPS = {"2026-12-04/batch/guard-temp.steps.jsonl.gz": [("degenerate_batch", 25, 29)]}
 
 
 def _steplog() -> ModuleType:  # bench/gpu/steplog.py: the parser of verl's console step lines (not a package)
@@ -88,11 +95,25 @@ def test_the_recorded_h200_runs_are_all_here() -> None:
     assert {p.name for p in _recorded_jsonl()} >= {f"{n}.steps.jsonl.gz" for n in ("learn", "control", "smoke", "ours")}
 
 
-@pytest.mark.parametrize("path", _recorded_jsonl(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_recorded_h200_step_files_trip_nothing(path: Path) -> None:
-    samples = [StepSample.of(extract(r, r["step"])) for r in read_records(path)]
+def _samples(path: Path) -> list[StepSample]:
+    return [StepSample.of(extract(r, r["step"])) for r in read_records(path)]
+
+
+@pytest.mark.parametrize("path", _recorded_jsonl(), ids=lambda p: str(p.relative_to(RESULTS)))
+def test_recorded_h200_step_files_trip_only_what_they_should(path: Path) -> None:
+    samples = _samples(path)
     assert len(samples) >= 10
-    assert trips(samples) == []
+    assert trips(samples) == RECORDED_TRIPS.get(str(path.relative_to(RESULTS)), [])
+
+
+def test_the_guard_temp_run_no_longer_trips_grad_spike_on_its_bimodal_grad_norm() -> None:
+    # H200 false positive: grad norm 0.01 on zero-advantage steps, ~0.7 on the others; with both in one
+    # trailing window grad_spike tripped at step 24. Not vacuous: without the advantages and reward std
+    # (what tells the two kinds of step apart) the same run trips it again.
+    path = RESULTS / "2026-12-04" / "batch" / "guard-temp.steps.jsonl.gz"
+    assert "grad_spike" not in {name for name, _, _ in trips(_samples(path))}
+    blind = [replace(s, reward_std=None, advantage_max=None, advantage_min=None) for s in _samples(path)]
+    assert ("grad_spike", 21, 24) in trips(blind)
 
 
 @pytest.mark.parametrize("path", _recorded_logs(), ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -150,6 +171,31 @@ def test_a_grad_norm_step_change_of_10x_trips_on_the_third_step() -> None:
 
 def test_a_grad_norm_step_change_of_2x_does_not_trip() -> None:
     assert trips(streams.grad_step_change(2.0)) == []
+
+
+def test_grad_spike_silent_on_bimodal_zero_advantage_steps() -> None:
+    assert trips(streams.bimodal_zero_advantage()) == []
+
+
+def test_the_bimodal_stream_trips_grad_spike_when_every_step_is_compared() -> None:
+    # guards the test above from being vacuous: the rule it replaced (all steps in one window) trips
+    unmarked = [replace(s, reward_std=0.4, advantage_max=None, advantage_min=None)
+                for s in streams.bimodal_zero_advantage()]
+    assert [name for name, _, _ in trips(unmarked)] == ["grad_spike"]
+
+
+def test_a_grad_spike_among_zero_advantage_steps_trips_on_the_third_signal_step() -> None:
+    # signal steps from 64: 64, 65, 67 (66 has no signal and is not judged)
+    assert trips(streams.bimodal_zero_advantage(spike_from=64)) == [("grad_spike", 64, 67)]
+
+
+def test_a_step_has_no_learning_signal_when_its_advantages_or_else_its_reward_spread_are_zero() -> None:
+    s = StepSample(step=7, reward_mean=64.0, reward_std=2.0, advantage_max=0.0, advantage_min=0.0)
+    assert no_learning_signal(s)  # groups alike within, apart from each other: advantages say it
+    assert no_learning_signal(replace(s, advantage_max=None, advantage_min=None, reward_std=3e-5))  # rounding
+    assert not no_learning_signal(replace(s, advantage_max=1e-3))
+    assert not no_learning_signal(replace(s, advantage_max=None, advantage_min=None))
+    assert not no_learning_signal(StepSample(step=7))  # nothing says: judged as before
 
 
 @pytest.mark.parametrize("seed", range(5))

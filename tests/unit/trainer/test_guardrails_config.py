@@ -6,6 +6,7 @@ import pytest
 from grpo_trainer.config import worker_env
 from grpo_trainer.errors import GrpoConfigError
 from grpo_trainer.guardrails import GuardrailsConfigError, config_from_env, parse_config
+from grpo_trainer.guardrails.config import acts, attempt_from_env, detector_mode, protection_horizon
 from grpo_trainer.settings import GrpoSettings
 
 
@@ -49,6 +50,9 @@ def test_the_environment_variable_is_read() -> None:
         ),
         ({"detectors": {"degenerate_batch": {"clipRatio": "high"}}}, "guardrails.detectors.degenerate_batch.clipRatio"),
         ({"detectors": {"non_finite": {"k": 2}}}, "guardrails.detectors.non_finite.k: unknown field"),
+        ({"holdSeconds": 59}, "guardrails.holdSeconds: Input should be greater than or equal to 60"),
+        ({"hold_seconds": 86_401}, "guardrails.hold_seconds: Input should be less than or equal to 86400"),
+        ({"detectors": {"gradSpike": {"mode": "fix"}}}, "guardrails.detectors.gradSpike.mode"),
         ("[1]", "expected an object"),
         ("{not json", "is not JSON"),
     ],
@@ -71,3 +75,49 @@ def test_the_driver_passes_a_valid_configuration_to_every_worker_and_refuses_a_b
     assert "GRPO_GUARDRAILS" not in worker_env(GrpoSettings(), {})
     with pytest.raises(GrpoConfigError, match=r"guardrails\.warmupSteps"):
         worker_env(GrpoSettings(), {"GRPO_GUARDRAILS": '{"warmupSteps": 5}'})
+
+
+def test_hold_seconds_defaults_to_15_minutes_and_takes_its_bounds() -> None:
+    assert parse_config(None).hold_seconds == 900
+    assert parse_config({"holdSeconds": 60}).hold_seconds == 60
+    assert parse_config({"hold_seconds": 86_400}).hold_seconds == 86_400
+
+
+def test_a_detector_without_its_own_mode_follows_the_jobs() -> None:
+    config = parse_config({"mode": "observe", "detectors": {"nonFinite": {"mode": "act"}}})
+    assert detector_mode(config, "non_finite") == "act"
+    assert detector_mode(config, "kl_runaway") == "observe"
+    acting = parse_config({"mode": "act", "detectors": {"grad_spike": {"mode": "observe"}}})
+    assert (detector_mode(acting, "grad_spike"), detector_mode(acting, "policy_collapse")) == ("observe", "act")
+
+
+def test_nothing_acts_in_observe_mode_and_nothing_needs_protecting() -> None:
+    config = parse_config({"mode": "observe"})
+    assert not acts(config)
+    assert protection_horizon(config) == 0
+
+
+def test_act_mode_protects_the_widest_k_of_m_window_of_the_detectors_that_act() -> None:
+    assert acts(parse_config({"mode": "act"}))
+    assert protection_horizon(parse_config({"mode": "act"})) == 8  # policy_collapse: 5 of 8
+    narrower = {"mode": "act", "detectors": {"policyCollapse": {"mode": "observe"}, "klRunaway": {"k": 2, "m": 7}}}
+    assert protection_horizon(parse_config(narrower)) == 7
+
+
+def test_non_finite_alone_protects_one_step_and_disabled_detectors_do_not_count() -> None:
+    only_nan = parse_config({"detectors": {"non_finite": {"mode": "act"}}})
+    assert acts(only_nan) and protection_horizon(only_nan) == 1
+    off = {"mode": "act", "enabled": False}
+    disabled = parse_config({"detectors": {"non_finite": off, "grad_spike": off}})
+    assert not acts(disabled) and protection_horizon(disabled) == 0
+
+
+def test_the_attempt_comes_from_the_rollback_environment() -> None:
+    assert attempt_from_env({}) == 1
+    assert attempt_from_env({"GRPO_ROLLBACK": '{"attempt": 3, "step": 20, "detector": "kl_runaway"}'}) == 3
+
+
+@pytest.mark.parametrize("raw", ["{nope", '{"attempt": 1}', '{"attempt": "2"}', '{"attempt": true}', "[2]", "{}"])
+def test_a_malformed_rollback_attempt_reads_as_1_with_a_warning(raw: str, caplog: pytest.LogCaptureFixture) -> None:
+    assert attempt_from_env({"GRPO_ROLLBACK": raw}) == 1
+    assert "GRPO_ROLLBACK has no valid attempt" in caplog.text
