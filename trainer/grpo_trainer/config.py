@@ -30,6 +30,8 @@ from grpo_trainer.guardrails.config import parse_config as parse_guardrails
 from grpo_trainer.resume import apply_resume
 from grpo_trainer.reward.length import LENGTH_REWARD_MANAGER_KEYS
 from grpo_trainer.reward.model import FREE_CACHE_ENGINE_KEY as REWARD_MODEL_FREE_CACHE_ENGINE_KEY
+from grpo_trainer.rollback.request import ROLLBACK_ENV, parse_request
+from grpo_trainer.rollback.start import apply_rollback
 from grpo_trainer.settings import GrpoSettings
 from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV, SETUP_HOOK
 
@@ -390,6 +392,10 @@ def worker_env(settings: GrpoSettings, environ: Mapping[str, str]) -> dict[str, 
         except GuardrailsConfigError as e:
             raise GrpoConfigError(str(e)) from None
         env[GUARDRAILS_ENV] = guardrails
+    if rollback := environ.get(ROLLBACK_ENV):
+        # the actor workers set the learning rate after their checkpoint load (grpo_trainer.rollback)
+        parse_request(rollback)
+        env[ROLLBACK_ENV] = rollback
     name = job.name if job else environ.get("GRPO_JOB_NAME")
     namespace = job.namespace if job else environ.get("GRPO_JOB_NAMESPACE")
     if name and namespace:
@@ -458,6 +464,8 @@ def build_config(
     mml = apply_max_model_len(cfg, settings, int(explicit) if explicit is not None else None, strict, warnings)
     apply_reward(cfg, settings, validate_files=True)
     plan = apply_data(cfg, settings)
+    # the rollback first: the tracker it writes is the job's own checkpoint, which apply_resume prefers
+    apply_rollback(cfg, env, strict, warnings)
     apply_resume(cfg, settings.checkpoints.resume_from, strict, warnings)
     check_placement(cfg, settings)
     apply_runtime_env(cfg, settings, env)

@@ -42,12 +42,17 @@ def pin_step(root: Path, step: int) -> None:
     tmp.replace(path)
 
 
+def step_dir_step(name: str) -> int | None:
+    """N for a directory named `global_step_N`; None for any other name."""
+    m = _STEP_DIR.match(name)
+    return int(m.group(1)) if m else None
+
+
 def step_of(path: Path) -> int | None:
     """N for `<root>/global_step_N` or `<root>/global_step_N/actor`; None for anything else."""
     for part in (path.name, path.parent.name):
-        m = _STEP_DIR.match(part)
-        if m:
-            return int(m.group(1))
+        if (step := step_dir_step(part)) is not None:
+            return step
     return None
 
 
