@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
+from types import ModuleType
 
 from grpo_trainer.import_hooks import when_imported
 
@@ -21,6 +23,12 @@ SETUP_HOOK = "grpo_trainer.worker_setup.setup_worker"
 ROLE_RESOURCES_ENV = "GRPO_ROLE_RESOURCES"
 POOLS_MODULE = "verl.single_controller.ray.base"
 TRACKING_MODULE = "verl.utils.tracking"
+# grpo_trainer.rollback's patches: the names are repeated here so that this module imports nothing of ours
+# that a worker may never need (test_worker_setup checks they match)
+CHECKPOINT_MODULE = "verl.utils.checkpoint.checkpoint_manager"
+FSDP_CHECKPOINT_MODULE = "verl.utils.checkpoint.fsdp_checkpoint_manager"
+GUARDRAILS_ENV = "GRPO_GUARDRAILS"
+ROLLBACK_ENV = "GRPO_ROLLBACK"
 
 log = logging.getLogger(__name__)
 
@@ -41,3 +49,23 @@ def setup_worker() -> None:
     when_imported(TRACKING_MODULE, lambda _: tracking.install())
     # the reward-loop workers (and the task runner) load it: model scores must reach the agent loop whole
     when_imported(reward_model.REWARD_LOOP_MODULE, reward_model.install)
+    install_rollback_patches(os.environ)
+
+
+def install_rollback_patches(environ: Mapping[str, str]) -> None:
+    """In the actor workers, where verl saves and loads checkpoints: acting guardrails keep the checkpoints
+    a rollback may need from pruning; a rolled-back attempt sets its learning rate after the load."""
+    if environ.get(GUARDRAILS_ENV):
+        def protect(module: ModuleType) -> None:
+            from grpo_trainer.rollback import protect
+
+            protect.install_from_env(module, environ)
+
+        when_imported(CHECKPOINT_MODULE, protect)
+    if environ.get(ROLLBACK_ENV):
+        def learning_rate(module: ModuleType) -> None:
+            from grpo_trainer.rollback import learning_rate
+
+            learning_rate.install_from_env(module, environ)
+
+        when_imported(FSDP_CHECKPOINT_MODULE, learning_rate)
