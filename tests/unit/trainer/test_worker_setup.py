@@ -109,3 +109,31 @@ def test_model_scores_reach_the_agent_loop_with_a_reward_extra_info() -> None:
     model.install(module)  # type: ignore[arg-type]  # twice (task runner and worker): wrapped once
     assert asyncio.run(Worker().compute_score(None)) == {"reward_score": 0.25, "reward_extra_info": {}}
     assert not hasattr(Worker.compute_score_disrm.__grpo_original__, "__grpo_original__")
+
+
+def test_rollback_patches_wait_for_verls_checkpoint_modules() -> None:
+    from grpo_trainer import worker_setup
+    from grpo_trainer.rollback import learning_rate, protect
+
+    # worker_setup repeats these names to stay import-light: they must be the modules the patches patch
+    assert (worker_setup.CHECKPOINT_MODULE, worker_setup.FSDP_CHECKPOINT_MODULE) == (
+        protect.CHECKPOINT_MODULE,
+        learning_rate.FSDP_CHECKPOINT_MODULE,
+    )
+    code = textwrap.dedent(
+        """
+        import os, sys
+        os.environ["GRPO_GUARDRAILS"] = '{"mode": "act"}'
+        os.environ["GRPO_ROLLBACK"] = '{"attempt": 2, "step": 10, "detector": "grad_spike", "learningRate": 5e-7}'
+        from grpo_trainer.worker_setup import setup_worker
+        setup_worker()
+        print("after hook", "verl" in sys.modules, "torch" in sys.modules)
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+        from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+        print("lr patched", hasattr(FSDPCheckpointManager.load_checkpoint, "__grpo_original__"))
+        print("pruning patched", hasattr(BaseCheckpointManager.register_checkpoint, "__grpo_original__"))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-3:] == ["after hook False False", "lr patched True", "pruning patched True"]
