@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -105,3 +106,76 @@ def test_the_patched_load_logs_and_sets_the_lr(caplog: pytest.LogCaptureFixture)
     manager.load_checkpoint("/ckpt/global_step_3/actor")
     assert manager.lr_scheduler.base_lrs[0] == pytest.approx(5e-7)
     assert "learning rate after checkpoint load: 5e-07 (was 1e-06)" in caplog.text
+
+
+FSDP_RESUME = """
+import json, os, sys
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+import torch, torch.distributed as dist
+from omegaconf import DictConfig
+from torch.distributed.fsdp import fully_shard
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from verl.utils import torch_functional
+from verl.utils.checkpoint import fsdp_checkpoint_manager
+import logging
+logging.getLogger("grpo_trainer").setLevel(logging.INFO)  # as setup_worker does in each Ray worker
+from grpo_trainer.worker_setup import install_rollback_patches
+
+dist.init_process_group("gloo", rank=0, world_size=1)
+install_rollback_patches({"GRPO_ROLLBACK": json.dumps({"attempt": 2, "step": 3, "detector": "grad_spike",
+                                                       "learningRate": 5e-7})})
+config = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"])
+
+def actor(lr):
+    # as verl's FSDP engine builds it: fully_shard, AdamW, verl's cosine schedule with warm-up
+    torch.manual_seed(0)
+    model = fully_shard(Qwen2ForCausalLM(config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    scheduler = torch_functional.get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=5,
+                                                                 num_training_steps=50)
+    manager = fsdp_checkpoint_manager.FSDPCheckpointManager(model=model, optimizer=optimizer,
+                                                             lr_scheduler=scheduler, processing_class=None,
+                                                             checkpoint_config=DictConfig({}))
+    return model, optimizer, scheduler, manager
+
+model, optimizer, scheduler, manager = actor(1e-6)
+for _ in range(3):
+    model(torch.ones(1, 4, dtype=torch.long)).logits.sum().backward()
+    optimizer.step(); optimizer.zero_grad(); scheduler.step()
+path = os.path.join(sys.argv[1], "global_step_3", "actor")
+manager.save_checkpoint(path, global_step=3)
+model, optimizer, scheduler, manager = actor(5e-7)
+manager.load_checkpoint(path)
+loaded = scheduler.base_lrs[0]
+scheduler.step()
+print(json.dumps({"base_lr": loaded, "lr_after_step": scheduler.get_last_lr()[0], "step": scheduler.last_epoch}))
+dist.destroy_process_group()
+"""
+
+
+def test_through_verls_fsdp_checkpoint_manager_on_cpu(tmp_path: Path) -> None:
+    """verl's own save and load (FSDP2, gloo, one rank): after the load the base lr is the requested one and
+    the next scheduler step follows verl's cosine-with-warm-up schedule scaled to it."""
+    import json
+    import subprocess
+    import sys
+
+    port = str(_free_port())
+    out = subprocess.run(
+        [sys.executable, "-c", FSDP_RESUME, str(tmp_path), port], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["base_lr"] == pytest.approx(5e-7)
+    assert result["step"] == 4
+    assert result["lr_after_step"] == pytest.approx(5e-7 * 4 / 5)  # warm-up step 4 of 5, at the new base
+    assert "learning rate after checkpoint load: 5e-07 (was 1e-06)" in out.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
