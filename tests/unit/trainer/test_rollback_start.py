@@ -65,6 +65,14 @@ def test_a_retry_of_the_same_attempt_leaves_what_it_saved(tmp_path: Path) -> Non
     assert (tmp_path / "global_step_15").is_dir()
 
 
+def test_an_unreadable_marker_says_what_to_do(tmp_path: Path) -> None:
+    _save(tmp_path, 10)
+    marker_path(tmp_path, 2).parent.mkdir(parents=True)
+    marker_path(tmp_path, 2).write_text("{cut short")
+    with pytest.raises(GrpoConfigError, match=r"rollback-attempt-2\.json .* move it aside"):
+        start_rollback(tmp_path, _request(10))
+
+
 def test_a_taken_destination_gets_a_suffix_and_nothing_is_overwritten(tmp_path: Path) -> None:
     _save(tmp_path, 10)
     _save(tmp_path, 20)

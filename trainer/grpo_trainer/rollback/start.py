@@ -111,12 +111,22 @@ def point_tracker(root: Path, step: int, aside: Path) -> None:
         tracker.replace(unique_destination(aside / LATEST_FILE))
 
 
+def read_marker(marker: Path) -> StartRecord:
+    try:
+        return StartRecord(**json.loads(marker.read_text()))
+    except (OSError, ValueError, TypeError) as e:
+        raise GrpoConfigError(
+            f"{ROLLBACK_ENV}: the marker {marker} of this attempt's rollback is unreadable ({e}); move it aside "
+            "to have the rollback redone (steps already moved stay where they are)"
+        ) from None
+
+
 def start_rollback(root: Path, request: RollbackRequest) -> tuple[StartRecord, bool]:
     """Roll the checkpoint directory back to request.step, once per attempt. Returns what was done and
     whether it was done now (False: a retry of the same attempt found the marker and did nothing)."""
     marker = marker_path(root, request.attempt)
     if marker.exists():
-        return StartRecord(**json.loads(marker.read_text())), False
+        return read_marker(marker), False
     check_target(root, request.step)
     aside = rolled_back_dir(root, request.attempt)
     tracker_before = _read_text(root / LATEST_FILE)
