@@ -108,6 +108,11 @@ class RunSpec:
     wall_capped: bool = False
     # more verl keys (`--set KEY=VALUE`), after the shared ones: a start-up or engine variant of one run
     extra_keys: tuple[tuple[str, Any], ...] = ()
+    # more environment of the run's process (e.g. GRPO_GUARDRAILS, GRPO_ROLLBACK), after the bench's
+    env: tuple[tuple[str, str], ...] = ()
+    save_freq: int | None = None  # trainer.save_freq; None: only the last step
+    # start from a copy of this run's checkpoint directory (a rolled-back attempt of that run)
+    resume_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("ours", "stock"):
@@ -221,7 +226,7 @@ def verl_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
         "trainer.n_gpus_per_node": 1,
         "trainer.total_epochs": 1,
         "trainer.total_training_steps": spec.steps,
-        "trainer.save_freq": spec.steps,
+        "trainer.save_freq": spec.save_freq or spec.steps,
         "trainer.default_local_dir": str(paths.checkpoints(spec.name)),
         "trainer.project_name": "grpo-gpu-smoke",
         "trainer.experiment_name": spec.name,
@@ -316,7 +321,7 @@ def command(spec: RunSpec, paths: Paths) -> list[str]:
 def run_env(spec: RunSpec) -> dict[str, str]:
     """Environment of the run's process: the bench's, and which Ray cluster it uses."""
     # "local": a cluster of its own even when `ray start` left an address file on this machine
-    return {**ENV, "RAY_ADDRESS": spec.ray_address or "local"}
+    return {**ENV, "RAY_ADDRESS": spec.ray_address or "local", **dict(spec.env)}
 
 
 @dataclass
@@ -394,6 +399,14 @@ def stop_ray() -> None:
 
 def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def copy_checkpoints(source: Path, target: Path) -> None:
+    """The source run's checkpoint directory as this run's own (replacing what a run of this name left)."""
+    if not (source / "latest_checkpointed_iteration.txt").exists():
+        raise FileNotFoundError(f"{source} holds no checkpoint to resume from: run that run first")
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
 
 
 def latest_step_dir(root: Path) -> Path | None:
@@ -508,6 +521,8 @@ def run(spec: RunSpec, paths: Paths, alone: bool = True, on_first_step: Callable
     prepare_inputs(paths, spec.steps, reward_model=spec.reward == "model")
     if spec.kind == "stock":
         prepare_data(spec, paths)
+    if spec.resume_from is not None:
+        copy_checkpoints(paths.checkpoints(spec.resume_from), paths.checkpoints(spec.name))
     cmd = command(spec, paths)
     steps_file = paths.steps_file(spec.name)
     steps_file.unlink(missing_ok=True)

@@ -118,6 +118,46 @@ def guardrail_batch(runs: Sequence[str] = GUARDRAILS, cap_s: float = 520) -> lis
     ]
 
 
+# Issue 18, second GPU session: the trainer's act path and rollback on real steps. guard-base is the healthy control
+# (token reward, lr 1e-5) and the run the resumed attempts start from; guard-token pays for one word (lr 1e-3, long
+# enough to collapse); guard-cold samples at temperature 0.2 (entropy low from the start). act: a trip holds for 60 s
+# (no operator here), then the attempt fails with GuardrailHoldExpired.
+ACT = json.dumps({"mode": "act", "holdSeconds": 60})
+OBSERVE = json.dumps({"mode": "observe"})
+ROLLBACK_STEP = 25  # guard-base saves here (save_freq 25); the resumed attempts start from it
+
+
+def guard_act_batch(cap_s: float) -> list[BatchRun]:
+    """Pure: three runs at once on the one GPU (call guard-act)."""
+    shared = {"shared_gpu": True, "timeout_s": cap_s, "reward": "token"}
+    act, observe = (("GRPO_GUARDRAILS", ACT),), (("GRPO_GUARDRAILS", OBSERVE),)
+    return [
+        BatchRun(run_grpo.RunSpec("guard-base", steps=45, lr=1e-5, save_freq=ROLLBACK_STEP, env=act,
+                                  metrics_port=9421, **shared)),
+        BatchRun(run_grpo.RunSpec("guard-token", steps=70, lr=1e-3, save_freq=10, env=act, metrics_port=9422,
+                                  **shared)),
+        BatchRun(run_grpo.RunSpec("guard-cold", steps=45, lr=1e-5, temperature=0.2, env=observe, metrics_port=9423,
+                                  **shared)),
+    ]
+
+
+def rollback_env(learning_rate: float) -> tuple[tuple[str, str], ...]:
+    """What the operator gives a rolled-back attempt of guard-base (render/guardrails.py), plus observe."""
+    request = {"attempt": 2, "step": ROLLBACK_STEP, "detector": "bench", "learningRate": learning_rate,
+               "klLossCoef": None}
+    return (("GRPO_ROLLBACK", json.dumps(request)), ("GRPO_GUARDRAILS", OBSERVE))
+
+
+def guard_resume_batch(cap_s: float) -> list[BatchRun]:
+    """Pure: two attempts resumed from guard-base's step-25 checkpoint (call guard-resume, after guard-act):
+    guard-lr at a learning rate far too high (0.1), guard-half at half the base's (the rollback's change)."""
+    shared = {"shared_gpu": True, "timeout_s": cap_s, "reward": "token", "lr": 1e-5, "resume_from": "guard-base"}
+    return [
+        BatchRun(run_grpo.RunSpec("guard-lr", steps=40, env=rollback_env(0.1), metrics_port=9424, **shared)),
+        BatchRun(run_grpo.RunSpec("guard-half", steps=32, env=rollback_env(5e-6), metrics_port=9425, **shared)),
+    ]
+
+
 def timed_pair(order: Sequence[str], wall_cap_s: float) -> list[run_grpo.RunSpec]:
     """Pure: the timed runs of a pair call, in the given order (ABBA: ours,stock then stock,ours).
     Each asks for more steps than it can reach and is stopped at wall_cap_s: the same time for both."""
@@ -495,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--site", type=Path, required=True)
     s.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("call")
-    c.add_argument("which", choices=("unmeasured", "pair", "fit", "guardrails", "placement-guardrails"))
+    calls = ("unmeasured", "pair", "fit", "guardrails", "placement-guardrails", "guard-act", "guard-resume")
+    c.add_argument("which", choices=calls)
     c.add_argument("--work", type=Path, default=Path("/tmp/gpuw/work"))
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--order", default="ours,stock")
@@ -523,6 +564,10 @@ def main(argv: list[str] | None = None) -> int:
         return call_pair(a.order.split(","), a.wall_cap, a.work, a.out)
     if a.which == "fit":
         return call_fit(a.out, a.timeout)
+    if a.which == "guard-act":
+        return call_batch(guard_act_batch(a.wall_cap), a.work, a.out, a.which)
+    if a.which == "guard-resume":
+        return call_batch(guard_resume_batch(a.wall_cap), a.work, a.out, a.which)
     guard = guardrail_batch(a.run or GUARDRAILS, cap_s=a.wall_cap)
     if a.which == "placement-guardrails":  # issue 17.2's run beside issue 18's: four runs, as in the batch before
         return call_batch([placement_batch_run(a.wall_cap, metrics_port=9403), *guard], a.work, a.out, a.which)

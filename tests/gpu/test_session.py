@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tarfile
 from pathlib import Path
@@ -103,3 +104,43 @@ def test_a_bundle_is_two_files_the_device_can_give_back(tmp_path: Path) -> None:
         assert re.fullmatch(r"[A-Za-z0-9._-]+", f.name)
     with tarfile.open(files[0]) as t:
         assert sorted(t.getnames()) == ["deep/er/x.log.gz", "learn.json"]
+
+
+def test_guard_act_runs_act_on_the_token_reward_beside_a_healthy_control_and_a_cold_sampler() -> None:
+    runs = {r.spec.name: r.spec for r in session.guard_act_batch(540)}
+    assert set(runs) == {"guard-base", "guard-token", "guard-cold"}
+    assert all(s.shared_gpu and s.reward == "token" and s.timeout_s == 540 for s in runs.values())
+    env = {name: json.loads(dict(s.env)["GRPO_GUARDRAILS"]) for name, s in runs.items()}
+    assert env["guard-base"]["mode"] == env["guard-token"]["mode"] == "act" and env["guard-cold"]["mode"] == "observe"
+    # base saves the checkpoint the resumed attempts start from; 20 steps judged after the warm-up at least
+    assert runs["guard-base"].save_freq == session.ROLLBACK_STEP and runs["guard-base"].steps >= 40
+    assert runs["guard-token"].lr > runs["guard-base"].lr and runs["guard-cold"].temperature < 0.5
+    assert len({s.metrics_port for s in runs.values()}) == 3
+
+
+def test_guard_resume_starts_two_attempts_from_the_bases_checkpoint_with_their_learning_rates() -> None:
+    runs = {r.spec.name: r.spec for r in session.guard_resume_batch(300)}
+    assert set(runs) == {"guard-lr", "guard-half"}
+    for spec in runs.values():
+        request = json.loads(dict(spec.env)["GRPO_ROLLBACK"])
+        assert spec.resume_from == "guard-base" and request["step"] == session.ROLLBACK_STEP
+        assert spec.steps > session.ROLLBACK_STEP and request["attempt"] == 2
+    assert json.loads(dict(runs["guard-lr"].env)["GRPO_ROLLBACK"])["learningRate"] == 0.1
+    assert json.loads(dict(runs["guard-half"].env)["GRPO_ROLLBACK"])["learningRate"] == runs["guard-half"].lr / 2
+
+
+def test_a_resumed_run_starts_from_a_copy_of_the_source_runs_checkpoints(tmp_path: Path) -> None:
+    paths = run_grpo.Paths(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint to resume from"):
+        run_grpo.copy_checkpoints(paths.checkpoints("base"), paths.checkpoints("lr"))
+    source = paths.checkpoints("base")
+    (source / "global_step_25" / "actor").mkdir(parents=True)
+    (source / "latest_checkpointed_iteration.txt").write_text("25")
+    stale = paths.checkpoints("lr") / "global_step_40"
+    stale.mkdir(parents=True)
+    run_grpo.copy_checkpoints(source, paths.checkpoints("lr"))
+    assert (paths.checkpoints("lr") / "global_step_25" / "actor").is_dir() and not stale.exists()
+    assert (source / "global_step_25").is_dir()  # the source is left as it was
+    spec = run_grpo.RunSpec("lr", env=(("GRPO_ROLLBACK", "{}"),), save_freq=5)
+    assert run_grpo.run_env(spec)["GRPO_ROLLBACK"] == "{}"
+    assert run_grpo.verl_keys(spec, paths)["trainer.save_freq"] == 5
