@@ -440,7 +440,10 @@ class RunResult:
     def ok(self) -> bool:
         if self.spec.get("wall_capped"):
             return len(self.steps) >= MIN_TIMED_STEPS
-        return self.rc == 0 and not self.timed_out and len(self.steps) >= int(self.spec.get("steps", 0))
+        # a resumed run trains from the step after its checkpoint: it owes the steps from there
+        first = min((int(s["step"]) for s in self.steps), default=1)
+        owed = int(self.spec.get("steps", 0)) - (first - 1 if self.spec.get("resume_from") else 0)
+        return self.rc == 0 and not self.timed_out and len(self.steps) >= owed
 
 
 def summarize(spec: RunSpec, cmd: list[str], s: Streamed) -> RunResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tarfile
@@ -144,3 +145,13 @@ def test_a_resumed_run_starts_from_a_copy_of_the_source_runs_checkpoints(tmp_pat
     spec = run_grpo.RunSpec("lr", env=(("GRPO_ROLLBACK", "{}"),), save_freq=5)
     assert run_grpo.run_env(spec)["GRPO_ROLLBACK"] == "{}"
     assert run_grpo.verl_keys(spec, paths)["trainer.save_freq"] == 5
+
+
+def test_a_resumed_run_is_ok_with_the_steps_after_its_checkpoint() -> None:
+    def result(steps: list[int], resume_from: str | None) -> run_grpo.RunResult:
+        spec = dataclasses.asdict(run_grpo.RunSpec("lr", steps=40, resume_from=resume_from))
+        return run_grpo.RunResult("lr", [], 0, 1.0, 1.0, False, [{"step": s} for s in steps], None, None, None, spec)
+
+    assert result(list(range(26, 41)), "base").ok
+    assert not result(list(range(26, 40)), "base").ok  # one step short
+    assert not result(list(range(26, 41)), None).ok  # a fresh run owes all 40

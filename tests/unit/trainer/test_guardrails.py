@@ -66,7 +66,19 @@ def _recorded_jsonl() -> list[Path]:
 # What each recorded run must trip, (detector, onset, trip step); every other run: nothing. guard-temp's
 # length reward saturates at the 64-token cap (clip ratio 1, reward std 0 on 22 of 40 steps): a degenerate
 # batch by definition. guard-lr (lr 0.1) trips nothing: its 18 steps are all inside the warm-up.
-RECORDED_TRIPS = {"2026-12-04/batch/guard-temp.steps.jsonl.gz": [("degenerate_batch", 25, 29)]}
+RECORDED_TRIPS = {
+    "2026-12-04/batch/guard-temp.steps.jsonl.gz": [("degenerate_batch", 25, 29)],
+    # the learning rate far too high (0.1 from step 26): the KL runs away within 4 steps (onset 27), then every
+    # response is cut with no reward spread
+    "2026-12-04b/guard-resume/guard-lr.steps.jsonl.gz": [("kl_runaway", 27, 29), ("degenerate_batch", 29, 31)],
+}
+# Attempts rolled back to an earlier run's checkpoint (2026-12-04b, guard-resume): judged after the steps of that
+# run up to the checkpoint, as the operator's attempt is (its baselines restored from the status). On the device
+# there is no GRPOJob to restore them from, so the live run warmed up again; the replay shows what a job's would do.
+RESUMED_FROM = {
+    f"2026-12-04b/guard-resume/guard-{name}.steps.jsonl.gz": ("2026-12-04b/guard-act/guard-base.steps.jsonl.gz", 25)
+    for name in ("lr", "half")
+}
 
 
 def _steplog() -> ModuleType:  # bench/gpu/steplog.py: the parser of verl's console step lines (not a package)
@@ -96,7 +108,12 @@ def test_the_recorded_h200_runs_are_all_here() -> None:
 
 
 def _samples(path: Path) -> list[StepSample]:
-    return [StepSample.of(extract(r, r["step"])) for r in read_records(path)]
+    records = list(read_records(path))
+    source = RESUMED_FROM.get(str(path.relative_to(RESULTS)))
+    if source is not None:
+        before, step = source
+        records = [r for r in read_records(RESULTS / before) if r["step"] <= step] + records
+    return [StepSample.of(extract(r, r["step"])) for r in records]
 
 
 @pytest.mark.parametrize("path", _recorded_jsonl(), ids=lambda p: str(p.relative_to(RESULTS)))
