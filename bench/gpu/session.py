@@ -158,6 +158,14 @@ def guard_resume_batch(cap_s: float) -> list[BatchRun]:
     ]
 
 
+def guard_collapse_run(cap_s: float) -> BatchRun:
+    """Pure: the single-word reward alone on the GPU, long and fast enough to collapse (2026-12-04 b's guard-token
+    reached share 0.77 still rising at step 43 at lr 1e-3 before a shared-GPU failure), in act mode: the trainer
+    pins the checkpoint before the onset and holds (60 s, no operator here), then fails with GuardrailHoldExpired."""
+    return BatchRun(run_grpo.RunSpec("guard-collapse", steps=60, lr=2e-3, reward="token", save_freq=5,
+                                     env=(("GRPO_GUARDRAILS", ACT),), timeout_s=cap_s, metrics_port=9426))
+
+
 def timed_pair(order: Sequence[str], wall_cap_s: float) -> list[run_grpo.RunSpec]:
     """Pure: the timed runs of a pair call, in the given order (ABBA: ours,stock then stock,ours).
     Each asks for more steps than it can reach and is stopped at wall_cap_s: the same time for both."""
@@ -535,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--site", type=Path, required=True)
     s.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("call")
-    calls = ("unmeasured", "pair", "fit", "guardrails", "placement-guardrails", "guard-act", "guard-resume")
+    calls = ("unmeasured", "pair", "fit", "guardrails", "placement-guardrails", "guard-act", "guard-resume",
+             "guard-collapse")
     c.add_argument("which", choices=calls)
     c.add_argument("--work", type=Path, default=Path("/tmp/gpuw/work"))
     c.add_argument("--out", type=Path, required=True)
@@ -566,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         return call_fit(a.out, a.timeout)
     if a.which == "guard-act":
         return call_batch(guard_act_batch(a.wall_cap), a.work, a.out, a.which)
+    if a.which == "guard-collapse":
+        return call_batch([guard_collapse_run(a.wall_cap)], a.work, a.out, a.which)
     if a.which == "guard-resume":
         return call_batch(guard_resume_batch(a.wall_cap), a.work, a.out, a.which)
     guard = guardrail_batch(a.run or GUARDRAILS, cap_s=a.wall_cap)

@@ -155,3 +155,10 @@ def test_a_resumed_run_is_ok_with_the_steps_after_its_checkpoint() -> None:
     assert result(list(range(26, 41)), "base").ok
     assert not result(list(range(26, 40)), "base").ok  # one step short
     assert not result(list(range(26, 41)), None).ok  # a fresh run owes all 40
+
+
+def test_guard_collapse_is_the_single_word_reward_alone_in_act_mode() -> None:
+    run = session.guard_collapse_run(450).spec
+    assert run.reward == "token" and not run.shared_gpu and run.timeout_s == 450
+    assert json.loads(dict(run.env)["GRPO_GUARDRAILS"])["mode"] == "act"
+    assert run.steps >= 50 and run.save_freq is not None and run.save_freq < 10  # a checkpoint before any onset
