@@ -33,6 +33,7 @@ from grpo_trainer.reward.model import FREE_CACHE_ENGINE_KEY as REWARD_MODEL_FREE
 from grpo_trainer.rollback.request import ROLLBACK_ENV, parse_request
 from grpo_trainer.rollback.start import apply_rollback
 from grpo_trainer.settings import GrpoSettings
+from grpo_trainer.vllm_executor import ExecutorChoice, executor_choices
 from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV, SETUP_HOOK
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "actor_rollout_ref.rollout.enable_chunked_prefill",
     "actor_rollout_ref.rollout.max_num_batched_tokens",
     MAX_MODEL_LEN_KEY,
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend",
     "data.max_prompt_length",
     "data.max_response_length",
     "data.train_files",
@@ -374,6 +376,22 @@ def check_placement(cfg: DictConfig, settings: GrpoSettings) -> None:
         )
 
 
+def apply_vllm_executor(cfg: DictConfig, environ: Mapping[str, str]) -> list[ExecutorChoice]:
+    """vLLM's "uni" executor for the rollout servers of one GPU (grpo_trainer.vllm_executor); logged either way."""
+    plain = {
+        section: OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        for section in ("actor_rollout_ref", "reward")
+        if (node := OmegaConf.select(cfg, section)) is not None
+    }
+    choices = executor_choices(plain, environ)
+    for choice in choices:
+        if choice.backend is not None:
+            with open_dict(cfg):
+                OmegaConf.update(cfg, choice.key, choice.backend, merge=True, force_add=True)
+        log.info("vLLM executor for %s: %s (%s)", choice.section, choice.backend or "verl's", choice.reason)
+    return choices
+
+
 def worker_env(settings: GrpoSettings, environ: Mapping[str, str]) -> dict[str, str]:
     """Pure: environment every Ray worker of the job gets (read by grpo_trainer.worker_setup)."""
     job = settings.job
@@ -468,6 +486,7 @@ def build_config(
     apply_rollback(cfg, env, strict, warnings)
     apply_resume(cfg, settings.checkpoints.resume_from, strict, warnings)
     check_placement(cfg, settings)
+    apply_vllm_executor(cfg, env)
     apply_runtime_env(cfg, settings, env)
     apply_tracking(cfg, settings)
     for w in warnings:
