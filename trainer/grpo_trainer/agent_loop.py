@@ -125,11 +125,19 @@ _warm_balancer: dict[str, Any] = {}
 _verl_init_global_load_balancer = LLMServerManager._init_global_load_balancer
 
 
-def prestart_load_balancer(full_determinism: bool) -> None:
-    """verl's default balancer (router.py `_create_global_sticky_inflight`), started now with no servers."""
-    _warm_balancer["handle"] = ray.remote(GlobalRequestLoadBalancer).remote(
+def prestart_load_balancer(full_determinism: bool, preimport: tuple[str, ...] = ()) -> None:
+    """verl's default balancer (router.py `_create_global_sticky_inflight`), started now with no servers;
+    it then imports `preimport` (the rollout server's module: grpo_trainer.task_runner.balancer_imports)."""
+    handle = ray.remote(GlobalRequestLoadBalancer).remote(
         servers={}, max_cache_size=DEFAULT_ROUTING_CACHE_SIZE, full_determinism=full_determinism
     )
+    if preimport:
+        from grpo_trainer.task_runner import import_in_actor
+
+        # not awaited: the balancer runs its calls one at a time in order, so `add_servers` waits for the
+        # import if it is still going; a failed import leaves `add_servers` to import the module, as before
+        handle.__ray_call__.remote(import_in_actor, preimport)
+    _warm_balancer["handle"] = handle
     _warm_balancer["full_determinism"] = bool(full_determinism)
     LLMServerManager._init_global_load_balancer = _init_global_load_balancer
 

@@ -28,6 +28,8 @@ HEAD_NODE_RESOURCE = "node:__internal_head__"
 PHASE_PREFIX = "grpo-train: "
 # "0": TransferQueue, the agent-loop workers and their load balancer start when verl starts them
 WARM_START_ENV = "GRPO_WARM_START"
+# "0": the warm load balancer does not import the rollout server's module early (grpo_trainer.task_runner)
+WARM_SERVER_IMPORT_ENV = "GRPO_WARM_SERVER_IMPORT"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -175,6 +177,8 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
         plan = preload_plan(config)
         if os.environ.get(WARM_START_ENV, "1") == "0":  # verl's own start-up order (grpo_trainer.task_runner)
             plan = dataclasses.replace(plan, transfer_queue_in_driver=False, agent_loop_workers=0)
+        if os.environ.get(WARM_SERVER_IMPORT_ENV, "1") == "0":
+            plan = dataclasses.replace(plan, warm_server_import=False)
 
         def start_then_prepare() -> None:
             # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.task_runner)

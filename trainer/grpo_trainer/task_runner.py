@@ -30,6 +30,12 @@ Two more start-up processes are started earlier than verl starts them (bench/gpu
 - verl's agent-loop workers and their request load balancer (grpo_trainer.agent_loop): their processes
   start at the end of the constructor and get verl's constructor arguments (the balancer: the rollout
   servers) once the rollout servers are up.
+- the rollout server's module in the warm load balancer (`import_in_actor`): handing it the servers makes
+  Ray deserialize their actor handles, and Ray's `load_actor_class` imports the server class's module
+  (verl's vLLM server: vLLM itself) in the receiving process first. verl's own balancer pays that after
+  "ready to fit", off the path to step 1; the warm one is handed its servers on that path (5-6 s on the
+  H200 machine between "LLMServerManager" and "checkpoint engine manager initialized", issue 17.3), so it
+  imports the module while it waits instead. GRPO_WARM_SERVER_IMPORT=0: not imported early.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class Preload:
     agent_loop_workers: int = 0  # verl's agent-loop workers to start early (grpo_trainer.agent_loop); 0: none
     full_determinism: bool = False  # actor_rollout_ref.rollout.full_determinism, for the early load balancer
     transfer_queue_in_driver: bool = True  # the driver starts TransferQueue (start_transfer_queue) first
+    warm_server_import: bool = True  # the warm load balancer imports the rollout server's module early
 
 
 def preload_plan(config: Any) -> Preload:
@@ -114,6 +121,36 @@ def run_preload(plan: Preload) -> dict[str, float]:
         tq.init(OmegaConf.create(plan.transfer_queue))
         took["transfer queue"] = time.monotonic() - start
     return took
+
+
+def balancer_imports(plan: Preload, server_module: str | None) -> tuple[str, ...]:
+    """Pure: the modules the warm load balancer imports before it is handed the rollout servers."""
+    if not plan.warm_server_import or plan.agent_loop_workers <= 0 or not server_module:
+        return ()
+    return (server_module,)
+
+
+def rollout_server_module(engine: str | None) -> str | None:
+    """The module of verl's rollout replica class for `engine` (its server actor class is defined beside it);
+    imported by run_preload already, so cheap here."""
+    if engine is None:
+        return None
+    try:
+        from verl.workers.rollout.replica import get_rollout_replica_class
+
+        return get_rollout_replica_class(engine).__module__
+    except Exception as e:  # a verl whose registry looks otherwise: nothing imported early, the rest unchanged
+        log.warning("grpo-train: rollout server module of %r not found (%s); not imported early", engine, e)
+        return None
+
+
+def import_in_actor(_actor: Any, names: tuple[str, ...]) -> float:
+    """The body of `actor.__ray_call__`: imports `names` in that actor's process; returns the seconds it took.
+    Lives here, in a module of stdlib imports, because Ray imports the function's module in the actor."""
+    started = time.monotonic()
+    for name in names:
+        importlib.import_module(name)
+    return time.monotonic() - started
 
 
 DRIVER_TQ_LINE = "grpo-train: transfer queue started in the driver in "

@@ -11,7 +11,7 @@ import sys
 import ray
 from verl.trainer.main_ppo import TaskRunnerV1
 
-from grpo_trainer.task_runner import PREPARED_LINE, Preload, run_preload
+from grpo_trainer.task_runner import PREPARED_LINE, Preload, balancer_imports, rollout_server_module, run_preload
 
 
 class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without its @ray.remote wrapper
@@ -26,7 +26,8 @@ class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without
                 # their processes start (and import verl, torch) while the model loads and vLLM starts;
                 # should that fail, verl creates its own workers after "ready to fit", as before
                 try:
-                    agent_loop.prestart_load_balancer(plan.full_determinism)
+                    preimport = balancer_imports(plan, rollout_server_module(plan.rollout_engine))
+                    agent_loop.prestart_load_balancer(plan.full_determinism, preimport)
                     self._warm_agent_workers = agent_loop.prestart(plan.agent_loop_workers)
                 except Exception as e:
                     print(f"grpo-train: agent loop workers not started early: {e!r}", flush=True)

@@ -9,6 +9,7 @@ over small fakes of the three verl classes it wraps; what they prove is our logi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import sys
@@ -196,7 +197,9 @@ def warm_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
     module = types.ModuleType("grpo_trainer.agent_loop")
     module.calls = []  # type: ignore[attr-defined]
-    module.prestart_load_balancer = lambda full_determinism: module.calls.append(("balancer", full_determinism))  # type: ignore[attr-defined]
+    module.prestart_load_balancer = lambda full_determinism, preimport=(): module.calls.append(  # type: ignore[attr-defined]
+        ("balancer", full_determinism, *preimport)
+    )
 
     def prestart(n: int) -> int:
         module.calls.append(("workers", n))  # type: ignore[attr-defined]
@@ -267,6 +270,21 @@ def test_a_failure_of_the_warm_path_falls_back_to_verls_own(
     assert not any(call[0] == "warm manager" for call in warm_module.calls if isinstance(call, tuple))
 
 
+def test_the_warm_balancer_is_asked_to_import_the_rollout_servers_module(
+    warm_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grpo_trainer import task_runner_actor
+
+    modules = {"vllm": "verl.workers.rollout.vllm_rollout.vllm_async_server"}
+    monkeypatch.setattr(task_runner_actor, "rollout_server_module", lambda engine: modules.get(engine))
+    plan = dataclasses.replace(_plan(2), rollout_engine="vllm")
+    _runner_with_trainer(plan)
+    assert warm_module.calls[0] == ("balancer", False, "verl.workers.rollout.vllm_rollout.vllm_async_server")
+    warm_module.calls.clear()
+    _runner_with_trainer(dataclasses.replace(plan, warm_server_import=False))  # GRPO_WARM_SERVER_IMPORT=0
+    assert warm_module.calls[0] == ("balancer", False)
+
+
 def test_no_warm_workers_are_started_when_the_plan_has_none(warm_module: Any) -> None:
     runner = _runner_with_trainer(_plan(0))  # the kill switch, or a custom manager
     runner.init_agent_loop_manager()
@@ -310,6 +328,8 @@ class _Handle:
     def __init__(self, name: str, fail: bool = False) -> None:
         self.name, self.fail, self.calls = name, fail, []  # type: ignore[var-annotated]
         self.bind = self.add_servers = SimpleNamespace(remote=self._remote)
+        self.ray_calls: list[tuple[Any, ...]] = []  # `__ray_call__.remote(fn, *args)`, not awaited
+        self.__ray_call__ = SimpleNamespace(remote=lambda *args: self.ray_calls.append(args))
 
     async def _remote(self, *args: Any, **kwargs: Any) -> None:
         self.calls.append(args)
@@ -426,6 +446,22 @@ def _prestarted_balancer(agent_loop: Any, monkeypatch: pytest.MonkeyPatch, fail:
     return balancer
 
 
+def test_the_warm_balancer_imports_the_server_module_before_it_is_handed_the_servers(
+    agent_loop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+    from grpo_trainer.task_runner import import_in_actor
+
+    balancer = _Handle("balancer")
+    monkeypatch.setattr(ray, "remote", lambda cls: SimpleNamespace(remote=lambda **kw: balancer))
+    agent_loop.prestart_load_balancer(False, ("verl.workers.rollout.vllm_rollout.vllm_async_server",))
+    assert balancer.ray_calls == [(import_in_actor, ("verl.workers.rollout.vllm_rollout.vllm_async_server",))]
+    agent_loop.discard_unused_balancer()
+    balancer = _Handle("balancer")
+    agent_loop.prestart_load_balancer(False)  # nothing to import: no call at all
+    assert balancer.ray_calls == []
+
+
 def test_the_training_rollout_takes_the_warm_balancer_with_its_servers_added(
     agent_loop: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -466,3 +502,32 @@ def test_a_warm_balancer_that_fails_to_take_servers_is_removed_and_verl_starts_i
     asyncio.run(manager._init_global_load_balancer())
     assert manager.global_load_balancer == "verl's own balancer"
     assert agent_loop.killed == [balancer]
+
+
+# ------------------------------------------------------------------- the rollout server's module, imported early
+
+
+def test_the_balancer_imports_the_server_module_only_when_warm_workers_start_and_the_switch_is_on() -> None:
+    module = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+    assert task_runner.balancer_imports(_plan(8), module) == (module,)
+    assert task_runner.balancer_imports(dataclasses.replace(_plan(8), warm_server_import=False), module) == ()
+    assert task_runner.balancer_imports(_plan(0), module) == ()  # no warm balancer at all
+    assert task_runner.balancer_imports(_plan(8), None) == ()  # no rollout engine, or its module not found
+
+
+def test_the_server_import_switch_reaches_the_plan(verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
+    monkeypatch.delenv(cli.WARM_SERVER_IMPORT_ENV, raising=False)
+    (plan,) = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)[0].init_args
+    assert plan.warm_server_import
+    monkeypatch.setenv(cli.WARM_SERVER_IMPORT_ENV, "0")
+    (plan,) = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)[0].init_args
+    assert not plan.warm_server_import and plan.agent_loop_workers == 3  # the rest of the warm start stays
+
+
+def test_import_in_actor_imports_the_modules_in_its_process(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "grpo_t3_probe_module.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "grpo_t3_probe_module", raising=False)
+    seconds = task_runner.import_in_actor(object(), ("grpo_t3_probe_module",))
+    assert sys.modules["grpo_t3_probe_module"].LOADED and seconds >= 0
