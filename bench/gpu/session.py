@@ -4,6 +4,7 @@
     python bench/gpu/session.py setup --chunks DIR --site DIR --out $OUT
     python bench/gpu/session.py call unmeasured --work DIR --out $OUT     # pytest -m gpu tests/gpu: the batch
     python bench/gpu/session.py call pair --order ours,stock --work DIR --out $OUT
+    python bench/gpu/session.py call pair --order ours,ours_before --work DIR --out $OUT   # A/B of a start-up cut
     python bench/gpu/session.py call fit --out $OUT                       # slot (a): issue 16's bench/fit/measure.py
     python bench/gpu/session.py call guardrails --work DIR --out $OUT [--run NAME:key=value,...]   # slot (b)
     python bench/gpu/session.py report RESULTS...             # here: tables from the results that came back
@@ -26,12 +27,13 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,10 +168,47 @@ def guard_collapse_run(cap_s: float) -> BatchRun:
                                      env=(("GRPO_GUARDRAILS", ACT),), timeout_s=cap_s, metrics_port=9426))
 
 
-def timed_pair(order: Sequence[str], wall_cap_s: float) -> list[run_grpo.RunSpec]:
+# Variants of ours for a timed A/B of a start-up cut: grpo-train with some cuts switched off through their kill
+# switches (docs/troubleshooting.md, "Start-up"). `--order ours,ours_before` then `--order ours_before,ours`.
+VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "ours_mp": (("GRPO_VLLM_UNI", "0"),),  # verl's "mp" vLLM executor (one process more)
+    "ours_noimport": (("GRPO_WARM_SERVER_IMPORT", "0"),),  # the warm balancer imports vLLM on step 1's path
+    "ours_before": (("GRPO_VLLM_UNI", "0"), ("GRPO_WARM_SERVER_IMPORT", "0")),  # grpo-train as of 2026-12-04
+    "ours_cold": (("GRPO_WARM_START", "0"),),  # none of the warm start either
+}
+
+
+def parse_variant(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Pure: `NAME:ENV=VALUE,ENV=VALUE` -> (NAME, its environment), a variant of ours for `--order`."""
+    name, sep, rest = text.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.]+", name) or name in ("ours", "stock"):
+        raise ValueError(f"--variant {text!r}: expected NAME:ENV=VALUE,... with a new NAME of letters, digits, '_'")
+    env = []
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--variant {text!r}: {item!r} is not ENV=VALUE")
+        env.append((key, value))
+    return name, tuple(env)
+
+
+def timed_pair(
+    order: Sequence[str], wall_cap_s: float, variants: Mapping[str, tuple[tuple[str, str], ...]] | None = None
+) -> list[run_grpo.RunSpec]:
     """Pure: the timed runs of a pair call, in the given order (ABBA: ours,stock then stock,ours).
-    Each asks for more steps than it can reach and is stopped at wall_cap_s: the same time for both."""
-    return [run_grpo.RunSpec(kind, kind=kind, steps=60, timeout_s=wall_cap_s, wall_capped=True) for kind in order]
+    Each asks for more steps than it can reach and is stopped at wall_cap_s: the same time for all.
+    A name other than ours and stock is a variant of ours: grpo-train with that variant's environment."""
+    known = {**VARIANTS, **(variants or {})}
+    specs = []
+    for name in order:
+        if name not in ("ours", "stock") and name not in known:
+            raise ValueError(f"--order {name!r}: not ours, stock or a variant ({', '.join(sorted(known))})")
+        kind = name if name in ("ours", "stock") else "ours"
+        env = () if name in ("ours", "stock") else known[name]
+        specs.append(run_grpo.RunSpec(name, kind=kind, steps=60, timeout_s=wall_cap_s, wall_capped=True, env=env))
+    if len({s.name for s in specs}) != len(specs):
+        raise ValueError(f"--order {','.join(order)}: a run name twice would overwrite its own results")
+    return specs
 
 
 # ----------------------------------------------------------------------------------------- executing
@@ -462,14 +501,23 @@ def call_unmeasured(work: Path, out: Path, extra: Sequence[str]) -> int:
     return rc
 
 
-def call_pair(order: Sequence[str], wall_cap_s: float, work: Path, out: Path) -> int:
+def call_pair(
+    order: Sequence[str], wall_cap_s: float, work: Path, out: Path, variants: Sequence[str] = ()
+) -> int:
     results = out / "pair"
-    timed = run_timed(timed_pair(order, wall_cap_s), run_grpo.Paths(work), results)
-    summary: dict[str, Any] = {"order": list(order), "runs": {r.run: result_summary(r) for r in timed}}
+    specs = timed_pair(order, wall_cap_s, dict(map(parse_variant, variants)))
+    timed = run_timed(specs, run_grpo.Paths(work), results)
+    summary: dict[str, Any] = {
+        "order": list(order),
+        "env": {s.name: dict(s.env) for s in specs if s.env},
+        "runs": {r.run: result_summary(r) for r in timed},
+    }
     by_kind = {r.run: r for r in timed}
     if all(k in by_kind and by_kind[k].steps for k in ("ours", "stock")):
         summary["report"] = run_grpo.report(results / "ours.json", results / "stock.json")
-        summary["startup"] = run_grpo.startup_report({k: results / f"{k}.log.gz" for k in order})
+    logs = {r.run: results / f"{r.run}.log.gz" for r in timed}
+    if any(r.steps for r in timed):  # the start-up table of every run, variants of ours included
+        summary["startup"] = run_grpo.startup_report({k: p for k, p in logs.items() if p.exists()})
     bundle(results, out, "pair-" + "-".join(order), summary)
     return 0 if all(r.ok for r in timed) else 1
 
@@ -548,7 +596,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("which", choices=calls)
     c.add_argument("--work", type=Path, default=Path("/tmp/gpuw/work"))
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--order", default="ours,stock")
+    c.add_argument("--order", default="ours,stock", help="pair: runs in order: ours, stock or a variant of ours "
+                   f"({', '.join(VARIANTS)} or one of --variant)")
+    c.add_argument("--variant", action="append", default=[], metavar="NAME:ENV=VALUE,...",
+                   help="pair: one more variant of ours, e.g. ours_nouni:GRPO_VLLM_UNI=0")
     c.add_argument("--wall-cap", type=float, default=270.0, help="pair: seconds each timed run may take")
     c.add_argument("--timeout", type=float, default=300.0, help="fit: seconds the slot may take")
     c.add_argument(
@@ -570,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.which == "unmeasured":
         return call_unmeasured(a.work, a.out, a.pytest_args)
     if a.which == "pair":
-        return call_pair(a.order.split(","), a.wall_cap, a.work, a.out)
+        return call_pair(a.order.split(","), a.wall_cap, a.work, a.out, a.variant)
     if a.which == "fit":
         return call_fit(a.out, a.timeout)
     if a.which == "guard-act":

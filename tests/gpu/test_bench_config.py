@@ -69,8 +69,12 @@ def test_stock_overrides_compose_with_verl_and_match_what_grpo_train_derives(pat
         "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
         "data.train_files",  # each run converts the prompts into its own folder (runs may overlap)
         "data.val_files",
+        # ours runs vLLM's worker in its EngineCore process (grpo_trainer.vllm_executor); stock keeps verl's "mp",
+        # a difference being measured, not a derived value stock needs to run the same job
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend",
     }
     assert differing["trainer.logger"] == (["console"], ["console", "grpo"])
+    assert differing["actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend"] == (None, "uni")
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, tuple[Any, Any]]]:

@@ -71,6 +71,36 @@ def test_a_pair_is_two_timed_runs_stopped_at_the_same_wall_time() -> None:
     assert not first.shared_gpu and first.ray_address is None  # alone, with a local Ray of its own
 
 
+def test_a_start_up_ab_runs_ours_beside_ours_with_the_cuts_switched_off() -> None:
+    ours, before = session.timed_pair(["ours", "ours_before"], 230)
+    assert (ours.kind, ours.env) == ("ours", ())
+    assert before.kind == "ours" and before.name == "ours_before"
+    assert dict(before.env) == {"GRPO_VLLM_UNI": "0", "GRPO_WARM_SERVER_IMPORT": "0"}
+    assert before.wall_capped and before.timeout_s == ours.timeout_s == 230
+    # the same environment reaches the run's process (grpo-train reads the switches in its driver)
+    assert run_grpo.run_env(before)["GRPO_VLLM_UNI"] == "0" and "GRPO_VLLM_UNI" not in run_grpo.run_env(ours)
+
+
+def test_a_variant_of_ours_can_be_given_on_the_command_line() -> None:
+    name, env = session.parse_variant("ours_x:GRPO_VLLM_UNI=0,GRPO_WARM_START=0")
+    assert (name, env) == ("ours_x", (("GRPO_VLLM_UNI", "0"), ("GRPO_WARM_START", "0")))
+    (spec,) = session.timed_pair(["ours_x"], 230, {name: env})
+    assert spec.kind == "ours" and spec.env == env
+
+
+@pytest.mark.parametrize("text", ["ours:GRPO_VLLM_UNI=0", "no-dash:A=1", "nocolon", "x:A"])
+def test_a_malformed_variant_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="--variant"):
+        session.parse_variant(text)
+
+
+def test_an_unknown_or_repeated_run_name_is_refused_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match="not ours, stock or a variant"):
+        session.timed_pair(["ours", "ours_typo"], 230)
+    with pytest.raises(ValueError, match="twice"):
+        session.timed_pair(["ours", "ours"], 230)
+
+
 def test_a_stopped_timed_run_counts_by_the_steps_it_reached() -> None:
     def result(steps: int, spec: run_grpo.RunSpec) -> run_grpo.RunResult:
         return run_grpo.RunResult(
