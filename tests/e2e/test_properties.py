@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,27 @@ def cel_messages(node: Any = SCHEMA) -> set[str]:
 CEL_MESSAGES = cel_messages()
 
 
+def _float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _float32_at_or_above(value: float) -> float:
+    """The smallest float32 >= value (a bound like 0.1 has no float32 of its own; hypothesis' width=32 needs one)."""
+    near = _float32(value)
+    return _next_float32(near, up=True) if near < value else near
+
+
+def _float32_at_or_below(value: float) -> float:
+    near = _float32(value)
+    return _next_float32(near, up=False) if near > value else near
+
+
+def _next_float32(value: float, up: bool) -> float:
+    bits = struct.unpack("<i", struct.pack("<f", value))[0]
+    step = 1 if (value >= 0) == up else -1
+    return struct.unpack("<f", struct.pack("<i", bits + step))[0]
+
+
 def valid_values(schema: dict) -> st.SearchStrategy[Any]:
     """Values the leaf's own constraints allow (cross-field rules may still refuse them)."""
     if "enum" in schema:
@@ -116,6 +138,7 @@ def valid_values(schema: dict) -> st.SearchStrategy[Any]:
     if kind == "number":
         low = schema.get("minimum", schema.get("exclusiveMinimum", 0.0))
         high = schema.get("maximum", low + 100.0)
+        low, high = _float32_at_or_above(low), _float32_at_or_below(high)
         return st.floats(low, high, exclude_min="exclusiveMinimum" in schema, allow_nan=False, width=32)
     if kind == "string":
         size = {"min_size": schema.get("minLength", 0), "max_size": min(schema.get("maxLength", 40), 40)}
