@@ -835,16 +835,23 @@ class _DetectorSpec(ApiModel):
     mode: GuardrailMode | None = Field(default=None, description=_DETECTOR_MODE)
 
 
+# The trainer's k-of-m defaults (grpo_trainer/guardrails/config.py; a unit test keeps them equal): an empty k or
+# m takes them, so k <= m is judged with them (k: 6 alone would exceed the default m of 5).
+PERSISTENCE_DEFAULTS = {"policyCollapse": (5, 8), "other": (3, 5)}
+
+
+def _k_within_m(k_default: int, m_default: int) -> dict[str, Any]:
+    k, m = f"(has(self.k) ? self.k : {k_default})", f"(has(self.m) ? self.m : {m_default})"
+    return validations(cel(f"{k} <= {m}", f"guardrails: k must not exceed m (k of the last m steps out of bounds "
+                                          f"trips the detector; defaults k={k_default}, m={m_default}); lower k or "
+                                          "raise m"))
+
+
 class _PersistingDetectorSpec(_DetectorSpec):
     """k of the last m evaluated steps out of bounds trips it; empty fields take the trainer's defaults
     (docs/guardrails.md)."""
 
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            cel("!has(self.k) || !has(self.m) || self.k <= self.m", "guardrails: k must not exceed m (k of the "
-                "last m steps out of bounds trips the detector); lower k or raise m"),
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_k_within_m(*PERSISTENCE_DEFAULTS["other"]))
 
     k: int | None = Field(default=None, ge=1, le=200, description="Out-of-bounds steps needed to trip ...")
     m: int | None = Field(default=None, ge=1, le=200, description="... among the last m evaluated steps.")
@@ -869,6 +876,8 @@ class GradSpikeSpec(_PersistingDetectorSpec):
 
 class PolicyCollapseSpec(_PersistingDetectorSpec):
     """Entropy and reward spread far below the warm-up's while reward stops improving (default 5 of 8 steps)."""
+
+    model_config = ConfigDict(json_schema_extra=_k_within_m(*PERSISTENCE_DEFAULTS["policyCollapse"]))
 
     entropy_ratio: float | None = Field(default=None, gt=0, lt=1, description="Entropy below this x its warm-up "
                                         "median ...")
@@ -964,6 +973,14 @@ MINI_BATCH_CEL = "(has(self.algorithm.miniBatchSize) ? self.algorithm.miniBatchS
 _STEP_SEQUENCES_CEL = "self.data.trainBatchSize * self.algorithm.groupSize"
 _UPDATE_SEQUENCES_CEL = f"{MINI_BATCH_CEL} * self.algorithm.groupSize"
 
+_DETECTORS_CEL = ("nonFinite", "klRunaway", "gradSpike", "policyCollapse", "degenerateBatch")
+# Some detector acts: the job's mode is act (and the detector does not say observe), or the detector says act.
+_ACTS_CEL = " || ".join(
+    f"(has(self.guardrails.detectors.{d}.mode) ? self.guardrails.detectors.{d}.mode == 'act' : "
+    "self.guardrails.mode == 'act')"
+    for d in _DETECTORS_CEL
+)
+
 SPEC_RULE_MESSAGES = {
     "step": "data.trainBatchSize x algorithm.groupSize (the sequences of one step) must be a multiple of the "
     "actor's GPUs (placement.roles.actor.gpus x replicas, default placement.gpusPerNode): verl 0.9.1 refuses "
@@ -982,6 +999,8 @@ SPEC_RULE_MESSAGES = {
     "set rollout.temperature above 0 (0.7 to 1.0 is usual)",
     "kl_rollback": "guardrails.rollback.change=klCoef raises the KL loss coefficient, but algorithm.klLoss.enabled "
     "is false, so the change would do nothing; enable algorithm.klLoss or use change=learningRate",
+    "act_resume": "guardrails in act mode roll back by resuming from a checkpoint, which checkpoints.resume=disable "
+    "forbids; set checkpoints.resume to auto, or keep guardrails.mode (and every detector's mode) observe",
     "gpu_memory": "rollout.gpuMemoryUtilization must be below 1.0: vLLM starts only when that fraction of the "
     "whole GPU is free, and the CUDA context (in colocated mode also the actor's weights and optimizer "
     "state) always holds some of it; use 0.5 to 0.7 in colocated mode, at most 0.9 in disaggregated mode",
@@ -1042,6 +1061,7 @@ class GRPOJobSpec(ApiModel):
             cel("self.rollout.gpuMemoryUtilization < 1.0", SPEC_RULE_MESSAGES["gpu_memory"]),
             cel("self.guardrails.rollback.change != 'klCoef' || self.algorithm.klLoss.enabled",
                 SPEC_RULE_MESSAGES["kl_rollback"]),
+            cel(f"!({_ACTS_CEL}) || self.checkpoints.resume == 'auto'", SPEC_RULE_MESSAGES["act_resume"]),
             cel(
                 "!has(self.algorithm.miniBatchSize) || self.algorithm.miniBatchSize <= self.data.trainBatchSize",
                 "algorithm.miniBatchSize must not exceed data.trainBatchSize; lower it or remove it (it "

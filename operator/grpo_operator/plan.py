@@ -18,8 +18,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
-from grpo_operator.api import SPEC_RULE_MESSAGES, GRPOJobSpec, RoleSpec, Toleration
+from grpo_operator.api import PERSISTENCE_DEFAULTS, SPEC_RULE_MESSAGES, GRPOJobSpec, RoleSpec, Toleration
 
 Role = Literal["actor", "rollout", "reward"]
 ROLES: tuple[Role, ...] = ("actor", "rollout", "reward")
@@ -432,8 +433,24 @@ def _check_batches(spec: GRPOJobSpec) -> None:
 
 
 def _check_guardrails(spec: GRPOJobSpec) -> None:
-    if spec.guardrails.rollback.change == "klCoef" and not spec.algorithm.kl_loss.enabled:
+    guardrails = spec.guardrails
+    if guardrails.rollback.change == "klCoef" and not spec.algorithm.kl_loss.enabled:
         raise PlanError("guardrails.rollback.change", SPEC_RULE_MESSAGES["kl_rollback"])
+    for name in type(guardrails.detectors).model_fields:
+        detector = getattr(guardrails.detectors, name)
+        if not hasattr(detector, "k"):
+            continue
+        field = to_camel(name)
+        k_default, m_default = PERSISTENCE_DEFAULTS.get(field, PERSISTENCE_DEFAULTS["other"])
+        k, m = detector.k or k_default, detector.m or m_default
+        if k > m:
+            raise PlanError(f"guardrails.detectors.{field}.k",
+                            f"k {k} exceeds m {m} (defaults k={k_default}, m={m_default}): k of the last m steps out "
+                            "of bounds trips the detector; lower k or raise m")
+    detectors = (getattr(guardrails.detectors, name) for name in type(guardrails.detectors).model_fields)
+    acts = any((d.mode or guardrails.mode) == "act" for d in detectors)  # as the CRD's rule judges it
+    if acts and spec.checkpoints.resume != "auto":
+        raise PlanError("guardrails.mode", SPEC_RULE_MESSAGES["act_resume"])
 
 
 def _check_sampling(spec: GRPOJobSpec) -> None:

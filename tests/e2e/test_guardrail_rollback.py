@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.operator_runner import OperatorProcess
 
 from .grpojobs import apply_job, condition, example, set_ray_outcome, wait_phase
 from .kube import get, items, wait_for
@@ -77,14 +78,18 @@ def test_act_rolls_back_twice_with_half_the_learning_rate_then_suspends_and_resu
     # Attempt 1: grad_spike trips, the newest checkpoint before its onset is step 30.
     _report(cluster, ns, attempt=1, detector="grad_spike", rollback_step=30)
     second = _new_attempt(cluster, ns, first["metadata"]["uid"], attempt=2)
-    assert _rollback_env(second) == {"attempt": 2, "step": 30, "detector": "grad_spike",
-                                     "learningRate": pytest.approx(BASE_LR * 0.5), "klLossCoef": pytest.approx(0.001)}
+    rollback = _rollback_env(second)
+    requested_at = rollback.pop("requestedAt")
+    assert rollback == {"attempt": 2, "step": 30, "detector": "grad_spike",
+                        "learningRate": pytest.approx(BASE_LR * 0.5), "klLossCoef": None}
+    assert second["metadata"]["annotations"]["grpo.dev/attempt"] == "2"
     job = get(cluster, "grpojob", NAME, "-n", ns)
     tripped = condition(job, "GuardrailTripped")
     assert tripped["status"] == "True" and tripped["reason"] == "RolledBack"
     assert "grad_spike tripped at step 41" in tripped["message"] and "learningRate 1e-06 -> 5e-07" in tripped["message"]
     record = job["status"]["guardrails"]
     assert record["attempt"] == 2 and record["rollbacks"][0]["started"] is True
+    assert record["rollbacks"][0]["requestedAt"] == requested_at  # the trainer's marker tells decisions apart
     assert record["trips"][0]["outcome"] == "RolledBack" and record["trips"][0]["checkpointStep"] == 30
     wait_for("GuardrailTripped and GuardrailRolledBack events",
              lambda: {"GuardrailTripped", "GuardrailRolledBack", "GuardrailAttemptStarted"}
@@ -143,3 +148,28 @@ def test_observe_records_the_trip_and_leaves_the_run_alone(cluster: LocalCluster
     assert len(get(cluster, "grpojob", NAME, "-n", ns)["status"]["guardrails"]["trips"]) == 1
     assert _rayjob(cluster, ns)["metadata"]["uid"] == uid
     assert get(cluster, "grpojob", NAME, "-n", ns)["status"]["phase"] == "Running"
+
+
+def test_a_rollback_decided_before_an_operator_restart_is_carried_out_after_it(
+        cluster: LocalCluster, team_ns: str, grpo_operator: OperatorProcess) -> None:
+    """The operator wrote its decision (started: false) and stopped before deleting the RayJob: the operator that
+    comes back deletes the old attempt's RayJob and creates the new attempt's."""
+    ns = team_ns
+    set_ray_outcome(cluster, ns, NAME, "SUCCEEDED", "done", after_seconds=3600)
+    apply_job(cluster, ns, example("colocated-length", guardrails={"mode": "act"}))
+    wait_phase(cluster, ns, NAME, "Running", timeout=180)
+    first = _rayjob(cluster, ns)
+    grpo_operator.kill()
+    decided = {"attempt": 1, "suspended": False,
+               "trips": [{"attempt": 1, "detector": "grad_spike", "outcome": "RolledBack", "checkpointStep": 20}],
+               "rollbacks": [{"attempt": 2, "detector": "grad_spike", "fromStep": 20, "change": "learningRate "
+                              "1e-06 -> 5e-07", "learningRate": 5e-7, "requestedAt": "2026-12-04T04:00:00Z",
+                              "started": False}]}
+    cluster.kubectl("patch", "grpojob", NAME, "-n", ns, "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"phase": "Pending", "guardrails": decided}}))
+    grpo_operator.start()
+    second = _new_attempt(cluster, ns, first["metadata"]["uid"], attempt=2)
+    assert _rollback_env(second)["step"] == 20
+    wait_for("the attempt recorded as started",
+             lambda: get(cluster, "grpojob", NAME, "-n", ns)["status"]["guardrails"]["rollbacks"][0]["started"])
+    wait_phase(cluster, ns, NAME, "Running", timeout=180)

@@ -150,7 +150,7 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     spec, plan = parse(name, namespace, job["spec"])
-    plan = await _with_checkpoint_claim(namespace, spec, plan)
+    plan = await with_existing_checkpoint_claim(namespace, spec, plan)
     children = training_children(spec, plan)
     if rayjob_only:
         children = [c for c in children if c.kind == "RayJob"]
@@ -169,7 +169,7 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
                            initial.phase, (initial.ready,), dict(initial.fields))
 
 
-async def _with_checkpoint_claim(namespace: str, spec: GRPOJobSpec, plan: Plan) -> Plan:
+async def with_existing_checkpoint_claim(namespace: str, spec: GRPOJobSpec, plan: Plan) -> Plan:
     """An existing checkpoint claim's access modes decide whether the head shares the actor's node
     (read again here: the RayJob is made after the preflight, maybe by another operator process)."""
     existing = spec.checkpoints.volume.claim_name

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from grpo_operator import metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError
+from grpo_operator.reconcile import gate
 from grpo_operator.reconcile.children import Child
 from grpo_operator.reconcile.common import create_children, parse, write_status
 from grpo_operator.reconcile.guardrails import (
@@ -32,7 +33,7 @@ from grpo_operator.reconcile.guardrails import (
 )
 from grpo_operator.reconcile.status import ConditionUpdate, now
 from grpo_operator.render import render_rayjob
-from grpo_operator.render.guardrails import KL_COEF_KEY, LEARNING_RATE_KEY, Settings, with_rollback
+from grpo_operator.render.guardrails import KL_COEF_KEY, LEARNING_RATE_KEY, Settings, attempt_of, with_rollback
 from grpo_operator.render.verl_config import verl_config
 from grpo_operator.runtime import kube
 
@@ -131,11 +132,20 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
     if parsed is None:
         return False
     spec, plan = parsed
-    if await kube.exists("RayJob", namespace, plan.names.rayjob):
-        return True  # KubeRay is still tearing the old attempt down
     rollback = rollback_of(pending)
-    body = with_rollback(render_rayjob(spec, plan), rollback)
-    await create_children(job, [Child(body)])
+    existing = await kube.get("RayJob", namespace, plan.names.rayjob)
+    if existing is not None and attempt_of(existing) != rollback.attempt:
+        # The old attempt's: still being torn down, or never deleted (the operator stopped, or the delete failed,
+        # right after the decision was written). Deleting it again is harmless; its DELETED event brings us back.
+        if not (existing.get("metadata") or {}).get("deletionTimestamp"):
+            await kube.delete("RayJob", namespace, plan.names.rayjob, uid=existing["metadata"].get("uid"))
+        return True
+    if existing is None:
+        # the same placement as the first RayJob: an existing RWO checkpoint claim puts the head on the actor's node
+        plan = await gate.with_existing_checkpoint_claim(namespace, spec, plan)
+        body = with_rollback(render_rayjob(spec, plan), rollback)
+        await create_children(job, [Child(body)])
+    # else: this attempt's RayJob exists already (created, then the status write below was lost): record it
     started = [*record.rollbacks[:-1], {**pending, "started": True}]
     where = f"checkpoint step {rollback.step}" if rollback.step else "the start"
     message = (f"attempt {rollback.attempt}: RayJob {plan.names.rayjob} created again, resuming from {where} "
@@ -147,6 +157,21 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
     )
     kopf.event(job, type="Normal", reason="GuardrailAttemptStarted", message=message)
     return True
+
+
+async def keep_suspended(job: dict) -> None:
+    """A job the guardrails suspended: its RayJob deleted and its own suspend set, finished here when the operator
+    stopped (or a request failed) between writing the decision and carrying it out. Both steps are idempotent."""
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    parsed = _parsed(job)
+    if parsed is None:
+        return
+    rayjob = await kube.get("RayJob", namespace, parsed[1].names.rayjob)
+    if rayjob is not None and not (rayjob.get("metadata") or {}).get("deletionTimestamp"):
+        await kube.delete("RayJob", namespace, parsed[1].names.rayjob, uid=rayjob["metadata"].get("uid"))
+    if not ((job.get("spec") or {}).get("scheduling") or {}).get("suspend"):
+        await kube.patch_grpojob_spec(namespace, name, {"scheduling": {"suspend": True}})
 
 
 async def resume_suspended(job: dict) -> bool:

@@ -174,12 +174,14 @@ def decide(spec: GuardrailsSpec, base: Settings, status: dict[str, Any]) -> Deci
                f"{spec.rollback.max_rollbacks})")
         return Decision(trips=(*observed, (acting, Outcome.SUSPENDED)), act=Act.SUSPEND, why=why)
     settings, change = changed_settings(spec, base, record.rollbacks_done + 1)
+    # only the setting the rollbacks change travels: the other stays as the job's config has it
+    by_kl = spec.rollback.change == "klCoef" and base.kl_loss_coef is not None
     rollback = Rollback(
         attempt=record.attempt + 1,
         step=acting.checkpoint_step or 0,
         detector=acting.detector,
-        learning_rate=settings.learning_rate,
-        kl_loss_coef=settings.kl_loss_coef,
+        learning_rate=None if by_kl else settings.learning_rate,
+        kl_loss_coef=settings.kl_loss_coef if by_kl else None,
     )
     return Decision(trips=(*observed, (acting, Outcome.ROLLED_BACK)), act=Act.ROLLBACK, rollback=rollback,
                     change=change)
@@ -205,6 +207,7 @@ def rollback_of(entry: dict[str, Any]) -> Rollback:
         detector=str(entry.get("detector") or ""),
         learning_rate=_number(entry.get("learningRate")),
         kl_loss_coef=_number(entry.get("klLossCoef")),
+        requested_at=str(entry["requestedAt"]) if entry.get("requestedAt") else None,
     )
 
 
@@ -241,5 +244,5 @@ def condition(decision: Decision, spec: GuardrailsSpec, record: Record) -> Condi
                  "the driver's log), then set spec.scheduling.suspend=false to resume from checkpoint step "
                  f"{trip.checkpoint_step or 0} with the changes made so far, or delete the job")
     else:
-        text += ". Observed only (guardrails.mode observe): nothing was changed"
+        text += ". Observed only (this detector's mode is observe): nothing was changed"
     return ConditionUpdate(CONDITION, "True", outcome.value if decision.act is not Act.NONE else "Observed", text)

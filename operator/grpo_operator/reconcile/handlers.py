@@ -256,13 +256,22 @@ async def apply_edit(job: dict) -> None:
     before = status.get("specDigests")
     edited = edited_fields(before, digests) if before is not None else []
     suspend = bool((spec.get("scheduling") or {}).get("suspend"))
-    if "spec.scheduling.suspend" in edited and Record.of(status).suspended:
+    record = Record.of(status)
+    if "spec.scheduling.suspend" in edited and record.suspended:
         # The guardrails suspended it (their own write of suspend lands here too): there is no RayJob to
         # forward to; un-suspending starts a new attempt.
         if not suspend:
             await guardrail_actions.resume_suspended(job)
+    elif "spec.scheduling.suspend" in edited and record.pending is not None:
+        # A rollback's (or a resume's) attempt is being started: its RayJob gets the spec's suspend when it is
+        # created; the old one is going. Forwarding now would write a RayJob Kueue may hold.
+        pass
     elif "spec.scheduling.suspend" in edited and status.get("rayJobName"):
-        await kube.patch_rayjob_suspend(meta["namespace"], status["rayJobName"], suspend)
+        try:
+            await kube.patch_rayjob_suspend(meta["namespace"], status["rayJobName"], suspend)
+        except kube.ApiError as exc:
+            if exc.status != 404:  # no RayJob (deleted meanwhile): nothing to forward to
+                raise
     ignored = [f for f in edited if f not in FORWARDED_FIELDS]
     if ignored:
         kopf.warn(

@@ -13,7 +13,7 @@ from grpo_operator import metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError
 from grpo_operator.reconcile.common import conditions_hold, parse, write_status
-from grpo_operator.reconcile.guardrail_actions import start_pending_attempt
+from grpo_operator.reconcile.guardrail_actions import keep_suspended, start_pending_attempt
 from grpo_operator.reconcile.guardrails import Record
 from grpo_operator.reconcile.lifecycle import TERMINAL_PHASES
 from grpo_operator.reconcile.status import (
@@ -61,7 +61,10 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         return  # no RayJob yet (the preflight gate's business), or nothing left to follow
     record = Record.of(status)
     if record.suspended:
-        return  # the guardrails deleted the RayJob on purpose: the job stays Suspended until resumed
+        # the guardrails deleted the RayJob on purpose: the job stays Suspended until resumed (and what the
+        # suspension still lacks is done, after an operator restart too)
+        await keep_suspended(job)
+        return
     if record.pending is not None:
         await start_pending_attempt(namespace, name)  # a rollback waits for the old RayJob to be gone
         return

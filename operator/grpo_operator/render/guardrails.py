@@ -34,8 +34,11 @@ class Rollback:
     attempt: int
     step: int
     detector: str
-    learning_rate: float | None = None
+    learning_rate: float | None = None  # None: as the job has it (the change is another setting)
     kl_loss_coef: float | None = None
+    # when the operator decided it: the trainer tells this rollback apart from an earlier GRPOJob's of the same
+    # name and attempt number on the same (retained) volume
+    requested_at: str | None = None
 
     def as_env(self) -> dict[str, str]:
         body = {
@@ -44,14 +47,25 @@ class Rollback:
             "detector": self.detector,
             "learningRate": self.learning_rate,
             "klLossCoef": self.kl_loss_coef,
+            "requestedAt": self.requested_at,
         }
         return {"name": ROLLBACK_ENV, "value": json.dumps(body, sort_keys=True)}
 
 
+ATTEMPT_ANNOTATION = "grpo.dev/attempt"
+
+
+def attempt_of(rayjob: dict[str, Any]) -> int:
+    """The attempt a RayJob runs (1: the first, which carries no annotation)."""
+    value = ((rayjob.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1")
+    return int(value) if str(value).isdigit() else 1
+
+
 def with_rollback(rayjob: dict[str, Any], rollback: Rollback) -> dict[str, Any]:
-    """The RayJob with GRPO_ROLLBACK in every Ray container: the driver (head) acts on it, and the workers
-    set the learning rate after they load the checkpoint. A copy; the input is left as it is."""
+    """The RayJob with GRPO_ROLLBACK in every Ray container (the driver (head) acts on it, and the workers set
+    the learning rate after they load the checkpoint) and its attempt as an annotation. A copy."""
     copied = json.loads(json.dumps(rayjob))
+    copied["metadata"].setdefault("annotations", {})[ATTEMPT_ANNOTATION] = str(rollback.attempt)
     cluster = copied["spec"]["rayClusterSpec"]
     templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster.get("workerGroupSpecs", []))]
     for template in templates:

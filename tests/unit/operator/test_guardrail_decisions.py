@@ -11,7 +11,14 @@ from grpo_operator.plan import PlanError
 from grpo_operator.reconcile.guardrail_actions import base_settings, worth_a_look
 from grpo_operator.reconcile.guardrails import Act, Outcome, Record, condition, decide, resume_after_suspension
 from grpo_operator.render import render_rayjob
-from grpo_operator.render.guardrails import ROLLBACK_ENV, Rollback, Settings, trainer_guardrails, with_rollback
+from grpo_operator.render.guardrails import (
+    ROLLBACK_ENV,
+    Rollback,
+    Settings,
+    attempt_of,
+    trainer_guardrails,
+    with_rollback,
+)
 from grpojob_fixtures import plan_of, spec_with
 
 BASE = Settings(learning_rate=1e-6, kl_loss_coef=0.001)
@@ -62,8 +69,8 @@ def test_a_recorded_trip_is_not_recorded_again() -> None:
 def test_act_rolls_back_to_the_checkpoint_before_the_onset_with_half_the_learning_rate() -> None:
     decision = decide(_spec(), BASE, _status(_section()))
     assert decision.act is Act.ROLLBACK
-    assert decision.rollback == Rollback(attempt=2, step=30, detector="grad_spike", learning_rate=5e-7,
-                                         kl_loss_coef=0.001)
+    # only the changed setting travels (the KL coefficient stays as the job's config has it)
+    assert decision.rollback == Rollback(attempt=2, step=30, detector="grad_spike", learning_rate=5e-7)
     assert decision.change == "learningRate 1e-06 -> 5e-07"
     assert decision.trips[0][1] is Outcome.ROLLED_BACK and decision.trips[0][0].checkpoint_step == 30
     cond = condition(decision, _spec(), Record())
@@ -92,7 +99,7 @@ def test_max_rollbacks_zero_suspends_at_the_first_act_trip() -> None:
 def test_kl_coef_change_doubles_the_kl_loss_coefficient() -> None:
     decision = decide(_spec(rollback={"change": "klCoef"}), BASE, _status(_section()))
     assert decision.rollback is not None
-    assert (decision.rollback.learning_rate, decision.rollback.kl_loss_coef) == (1e-6, 0.002)
+    assert (decision.rollback.learning_rate, decision.rollback.kl_loss_coef) == (None, 0.002)
     assert decision.change == "klLossCoef 0.001 -> 0.002"
 
 
@@ -142,13 +149,15 @@ def test_resume_after_a_suspension_starts_from_the_suspending_trip_with_the_chan
 def test_rollback_attempt_tells_every_ray_container(colocated_body: dict[str, Any]) -> None:
     spec = spec_with(colocated_body)
     rayjob = render_rayjob(spec, plan_of(spec))
-    rolled = with_rollback(rayjob, Rollback(attempt=2, step=30, detector="grad_spike", learning_rate=5e-7))
+    rollback = Rollback(attempt=2, step=30, detector="grad_spike", learning_rate=5e-7, requested_at="T")
+    rolled = with_rollback(rayjob, rollback)
+    assert attempt_of(rolled) == 2 and attempt_of(rayjob) == 1
     cluster = rolled["spec"]["rayClusterSpec"]
     templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
     for template in templates:
         [value] = [e["value"] for e in template["spec"]["containers"][0]["env"] if e["name"] == ROLLBACK_ENV]
         assert json.loads(value) == {"attempt": 2, "step": 30, "detector": "grad_spike", "learningRate": 5e-7,
-                                     "klLossCoef": None}
+                                     "klLossCoef": None, "requestedAt": "T"}
     assert rayjob == render_rayjob(spec, plan_of(spec))  # the input is left as it was
 
 
@@ -186,3 +195,40 @@ def test_trainer_accepts_every_guardrails_setting_the_api_allows() -> None:
     assert config.mode == "act" and config.warmup_steps == 25
     assert config.detectors.kl_runaway.min_kl == 0.02 and not config.detectors.grad_spike.enabled
     assert parse_config(json.dumps(trainer_guardrails(GuardrailsSpec()))).mode == "observe"
+
+
+def test_act_mode_refused_when_checkpoints_are_not_resumed(colocated_body: dict[str, Any]) -> None:
+    def edit(mode_of: dict[str, Any]) -> Any:
+        return lambda s: s.update(checkpoints={**s.get("checkpoints", {}), "resume": "disable"}, guardrails=mode_of)
+
+    for guardrails in ({"mode": "act"}, {"mode": "observe", "detectors": {"nonFinite": {"mode": "act"}}}):
+        spec = spec_with(colocated_body, edit(guardrails))
+        with pytest.raises(PlanError, match=r"checkpoints\.resume to auto"):
+            plan_of(spec)
+    observe = spec_with(colocated_body, edit({"mode": "act", "detectors": {
+        d: {"mode": "observe"} for d in ("nonFinite", "klRunaway", "gradSpike", "policyCollapse", "degenerateBatch")}}))
+    plan_of(observe)  # nothing acts: accepted
+
+
+def test_the_trainer_reads_the_rollback_the_operator_renders() -> None:
+    from grpo_trainer.rollback.request import parse_request
+
+    rollback = Rollback(attempt=3, step=40, detector="kl_runaway", kl_loss_coef=0.004, requested_at="2026-12-04T00:00Z")
+    request = parse_request(rollback.as_env()["value"])
+    assert request is not None
+    assert (request.attempt, request.step, request.learning_rate, request.kl_loss_coef) == (3, 40, None, 0.004)
+    assert request.requested_at == "2026-12-04T00:00Z"
+
+
+def test_k_and_m_are_judged_with_the_trainers_defaults(colocated_body: dict[str, Any]) -> None:
+    from grpo_operator.api import PERSISTENCE_DEFAULTS
+    from grpo_trainer.guardrails.config import DetectorsConfig
+
+    trainer = DetectorsConfig()
+    assert PERSISTENCE_DEFAULTS["policyCollapse"] == (trainer.policy_collapse.k, trainer.policy_collapse.m)
+    for other in (trainer.kl_runaway, trainer.grad_spike, trainer.degenerate_batch):
+        assert PERSISTENCE_DEFAULTS["other"] == (other.k, other.m)
+    spec = spec_with(colocated_body, lambda s: s.update(guardrails={"detectors": {"klRunaway": {"k": 6}}}))
+    with pytest.raises(PlanError, match=r"k 6 exceeds m 5 \(defaults k=3, m=5\)"):
+        plan_of(spec)
+    plan_of(spec_with(colocated_body, lambda s: s.update(guardrails={"detectors": {"policyCollapse": {"k": 6}}})))

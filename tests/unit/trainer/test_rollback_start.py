@@ -65,6 +65,21 @@ def test_a_retry_of_the_same_attempt_leaves_what_it_saved(tmp_path: Path) -> Non
     assert (tmp_path / "global_step_15").is_dir()
 
 
+def test_another_decision_with_the_same_attempt_number_is_a_rollback_of_its_own(tmp_path: Path) -> None:
+    # a GRPOJob deleted (its Retain volume kept) and created again with the same name: its first rollback is
+    # attempt 2 as well, and must not be taken for a retry of the old job's
+    for step in (10, 20, 30):
+        _save(tmp_path, step)
+    old = RollbackRequest(attempt=2, step=10, detector="grad_spike", requested_at="2026-12-01T00:00:00Z")
+    start_rollback(tmp_path, old)
+    for step in (20, 30, 40):
+        _save(tmp_path, step)  # the new job trained on from 10 and saved again
+    new = RollbackRequest(attempt=2, step=20, detector="kl_runaway", requested_at="2026-12-04T00:00:00Z")
+    record, fresh = start_rollback(tmp_path, new)
+    assert fresh and record.moved_steps == [30, 40] and own_latest_step(tmp_path) == 20
+    assert start_rollback(tmp_path, new)[1] is False  # and a retry of that one is a retry
+
+
 def test_an_unreadable_marker_says_what_to_do(tmp_path: Path) -> None:
     _save(tmp_path, 10)
     marker_path(tmp_path, 2).parent.mkdir(parents=True)

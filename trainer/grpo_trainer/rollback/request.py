@@ -28,6 +28,11 @@ class RollbackRequest(BaseModel):
     detector: str = Field(min_length=1, description="The guardrail that tripped.")
     learning_rate: float | None = Field(default=None, gt=0, description="Absolute actor lr; null = unchanged.")
     kl_loss_coef: float | None = Field(default=None, ge=0, description="Absolute kl_loss_coef; null = unchanged.")
+    requested_at: str | None = Field(
+        default=None, max_length=64,
+        description="When the operator decided this rollback: tells it apart from another job's (or an earlier "
+        "GRPOJob of the same name's) rollback of the same attempt number on the same volume.",
+    )
 
 
 def _message(e: ValidationError) -> str:

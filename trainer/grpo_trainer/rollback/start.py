@@ -44,6 +44,7 @@ class StartRecord:
     moved_steps: list[int] = field(default_factory=list)
     moved_to: str = ""
     tracker_before: str | None = None
+    requested_at: str | None = None
 
 
 def marker_path(root: Path, attempt: int) -> Path:
@@ -126,7 +127,11 @@ def start_rollback(root: Path, request: RollbackRequest) -> tuple[StartRecord, b
     whether it was done now (False: a retry of the same attempt found the marker and did nothing)."""
     marker = marker_path(root, request.attempt)
     if marker.exists():
-        return read_marker(marker), False
+        done = read_marker(marker)
+        # the same decision (a KubeRay retry of this attempt): leave the directories alone. Another one (a
+        # GRPOJob re-created with this name, whose directory survived) is a rollback of its own.
+        if done.requested_at == request.requested_at:
+            return done, False
     check_target(root, request.step)
     aside = rolled_back_dir(root, request.attempt)
     tracker_before = _read_text(root / LATEST_FILE)
@@ -145,6 +150,7 @@ def start_rollback(root: Path, request: RollbackRequest) -> tuple[StartRecord, b
         moved_steps=moved,
         moved_to=str(aside.relative_to(root)),
         tracker_before=tracker_before,
+        requested_at=request.requested_at,
     )
     # last: a start cut short is redone by the retry (each step above is safe to repeat)
     _write_atomic(marker, json.dumps(asdict(record), sort_keys=True))
