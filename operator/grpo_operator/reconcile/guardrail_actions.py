@@ -137,8 +137,7 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
     if existing is not None and attempt_of(existing) != rollback.attempt:
         # The old attempt's: still being torn down, or never deleted (the operator stopped, or the delete failed,
         # right after the decision was written). Deleting it again is harmless; its DELETED event brings us back.
-        if not (existing.get("metadata") or {}).get("deletionTimestamp"):
-            await kube.delete("RayJob", namespace, plan.names.rayjob, uid=existing["metadata"].get("uid"))
+        await _delete_unless_going(existing)
         return True
     if existing is None:
         # the same placement as the first RayJob: an existing RWO checkpoint claim puts the head on the actor's node
@@ -159,6 +158,13 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
     return True
 
 
+async def _delete_unless_going(rayjob: dict) -> None:
+    """Delete that very RayJob (its uid), unless its deletion has begun already."""
+    meta = rayjob["metadata"]
+    if not meta.get("deletionTimestamp"):
+        await kube.delete("RayJob", meta["namespace"], meta["name"], uid=meta.get("uid"))
+
+
 async def keep_suspended(job: dict) -> None:
     """A job the guardrails suspended: its RayJob deleted and its own suspend set, finished here when the operator
     stopped (or a request failed) between writing the decision and carrying it out. Both steps are idempotent."""
@@ -168,8 +174,8 @@ async def keep_suspended(job: dict) -> None:
     if parsed is None:
         return
     rayjob = await kube.get("RayJob", namespace, parsed[1].names.rayjob)
-    if rayjob is not None and not (rayjob.get("metadata") or {}).get("deletionTimestamp"):
-        await kube.delete("RayJob", namespace, parsed[1].names.rayjob, uid=rayjob["metadata"].get("uid"))
+    if rayjob is not None:
+        await _delete_unless_going(rayjob)
     if not ((job.get("spec") or {}).get("scheduling") or {}).get("suspend"):
         await kube.patch_grpojob_spec(namespace, name, {"scheduling": {"suspend": True}})
 
