@@ -161,10 +161,12 @@ def guard_resume_batch(cap_s: float) -> list[BatchRun]:
 
 
 def guard_collapse_run(cap_s: float) -> BatchRun:
-    """Pure: the single-word reward alone on the GPU, long and fast enough to collapse (2026-12-04 b's guard-token
-    reached share 0.77 still rising at step 43 at lr 1e-3 before a shared-GPU failure), in act mode: the trainer
-    pins the checkpoint before the onset and holds (60 s, no operator here), then fails with GuardrailHoldExpired."""
-    return BatchRun(run_grpo.RunSpec("guard-collapse", steps=60, lr=2e-3, reward="token", save_freq=5,
+    """Pure: the single-word reward alone on the GPU, fast enough to collapse and be judged within one call.
+    At lr 2e-3 (2026-12-04 c, first machine) the policy collapsed (entropy 6.14 -> 0.08, word share 0.99 by
+    step 38) but the reward was still creeping up and its spread 0.3x the warm-up's when the call's cap hit;
+    4e-3 gets there in about half the steps. Act mode: the trainer pins the checkpoint before the onset and
+    holds (60 s, no operator here), then fails with GuardrailHoldExpired."""
+    return BatchRun(run_grpo.RunSpec("guard-collapse", steps=45, lr=4e-3, reward="token", save_freq=5,
                                      env=(("GRPO_GUARDRAILS", ACT),), timeout_s=cap_s, metrics_port=9426))
 
 

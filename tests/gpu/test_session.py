@@ -191,4 +191,5 @@ def test_guard_collapse_is_the_single_word_reward_alone_in_act_mode() -> None:
     run = session.guard_collapse_run(450).spec
     assert run.reward == "token" and not run.shared_gpu and run.timeout_s == 450
     assert json.loads(dict(run.env)["GRPO_GUARDRAILS"])["mode"] == "act"
-    assert run.steps >= 50 and run.save_freq is not None and run.save_freq < 10  # a checkpoint before any onset
+    assert run.steps > 20 + 10 + 8  # the warm-up, the slope window and a k-of-m window after it
+    assert run.save_freq is not None and run.save_freq < 10  # a checkpoint before any onset

@@ -69,8 +69,12 @@ def _recorded_jsonl() -> list[Path]:
 RECORDED_TRIPS = {
     "2026-12-04/batch/guard-temp.steps.jsonl.gz": [("degenerate_batch", 25, 29)],
     # the learning rate far too high (0.1 from step 26): the KL runs away within 4 steps (onset 27), then every
-    # response is cut with no reward spread
-    "2026-12-04b/guard-resume/guard-lr.steps.jsonl.gz": [("kl_runaway", 27, 29), ("degenerate_batch", 29, 31)],
+    # response is cut with no reward spread, and from step 36 entropy is gone too (0.0 against a baseline of 6.14)
+    "2026-12-04b/guard-resume/guard-lr.steps.jsonl.gz": [
+        ("kl_runaway", 27, 29),
+        ("degenerate_batch", 29, 31),
+        ("policy_collapse", 36, 40),
+    ],
 }
 # Attempts rolled back to an earlier run's checkpoint (2026-12-04b, guard-resume): judged after the steps of that
 # run up to the checkpoint, as the operator's attempt is (its baselines restored from the status). On the device
@@ -229,6 +233,18 @@ def test_a_collapse_of_entropy_and_reward_spread_with_flat_reward_trips_within_8
 def test_a_collapse_on_negative_rewards_trips_too() -> None:
     shifted = [replace(s, reward_mean=s.reward_mean - 5, reward_max=s.reward_max - 5) for s in streams.collapse()]
     assert [name for name, _, _ in trips(shifted)] == ["policy_collapse"]
+
+
+def test_a_collapse_onto_what_the_reward_pays_trips_although_the_reward_is_at_its_best() -> None:
+    # one token repeated, every response paid the reward's maximum: no spread, no entropy, reward = max
+    at_best = [
+        replace(s, reward_mean=1.0, reward_max=1.0) if s.step >= ONSET else replace(s, reward_max=1.0)
+        for s in streams.collapse()
+    ]
+    ((name, onset, tripped),) = trips(at_best)
+    assert name == "policy_collapse"
+    # the jump to 1.0 is a rise until it leaves the 10-step slope window
+    assert ONSET < onset <= ONSET + 10 and onset + 4 <= tripped <= onset + 8
 
 
 def test_a_collapse_whose_reward_still_rises_does_not_trip() -> None:

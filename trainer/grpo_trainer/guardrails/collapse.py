@@ -16,8 +16,9 @@ from grpo_trainer.guardrails.stats import theil_sen_slope
 class PolicyCollapse:
     """Out of bounds when entropy < entropy_ratio x its warm-up median AND reward std < spread_ratio x
     its warm-up median AND reward is not improving (Theil-Sen slope over slope_window steps, times the
-    window, below spread_ratio x the baseline reward std) AND the reward is not saturated (mean within
-    spread_ratio x baseline std of the best reward_max seen: a solved task also has no spread)."""
+    window, below spread_ratio x the baseline reward std). A saturated reward is no exemption: a policy
+    that collapsed onto what a reward pays for (one token repeated) scores the reward's best with no
+    spread, exactly like a solved task, and GRPO has nothing left to learn from either (H200 guard-collapse)."""
 
     warmup: int
     entropy_ratio: float
@@ -27,7 +28,6 @@ class PolicyCollapse:
     m: int
     name: str = "policy_collapse"
     rewards: deque[float] = field(init=False)
-    best_max: float | None = None
 
     def __post_init__(self) -> None:
         self.baseline = WarmupBaseline(("entropy", "rewardStd"), self.warmup)
@@ -39,21 +39,12 @@ class PolicyCollapse:
             return self.latch.idle(s.step, "no entropy, reward mean or std", warm=self.baseline.value is not None)
         entropy, spread, reward = float(s.entropy), float(s.reward_std), float(s.reward_mean)  # type: ignore[arg-type]
         self.rewards.append(reward)
-        if finite(s.reward_max):
-            best = float(s.reward_max)  # type: ignore[arg-type]
-            self.best_max = best if self.best_max is None else max(self.best_max, best)
         if self.baseline.observe({"entropy": entropy, "rewardStd": spread}):
             return self.latch.warming(s.step, f"warm-up: {len(self.baseline.seen)} of {self.warmup} steps", entropy)
         base = self.baseline.value or {}
         rise = theil_sen_slope(list(self.rewards)) * self.slope_window
         margin = self.spread_ratio * base["rewardStd"]
-        saturated = self.best_max is not None and reward >= self.best_max - margin
-        out = (
-            entropy < self.entropy_ratio * base["entropy"]
-            and spread < self.spread_ratio * base["rewardStd"]
-            and rise <= margin
-            and not saturated
-        )
+        out = entropy < self.entropy_ratio * base["entropy"] and spread < margin and rise <= margin
         why = (
             f"entropy {entropy:.4g} (baseline {base['entropy']:.4g}), reward std {spread:.4g} "
             f"(baseline {base['rewardStd']:.4g}), reward rise over {self.slope_window} steps {rise:.3g}"
@@ -62,14 +53,10 @@ class PolicyCollapse:
         return self.latch.judge(s.step, out, why, entropy, base["entropy"], extra)
 
     def baselines(self) -> dict[str, float]:
-        if self.baseline.value is None:
-            return {}
-        return {**self.baseline.value, **({"rewardMax": self.best_max} if self.best_max is not None else {})}
+        return dict(self.baseline.value or {})
 
     def restore(self, baselines: dict[str, Any]) -> None:
         self.baseline.restore(baselines)
-        if self.baseline.value is not None and finite(baselines.get("rewardMax")):
-            self.best_max = float(baselines["rewardMax"])
 
 
 @dataclass
