@@ -75,6 +75,13 @@ RECORDED_TRIPS = {
         ("degenerate_batch", 29, 31),
         ("policy_collapse", 36, 40),
     ],
+    # the single-word reward at lr 4e-3, live in act mode: every response the word repeated (entropy 5.06 -> 0.001,
+    # reward 1.0 with no spread); its lr 2e-3 twin (guard-collapse-lr2e-3, 38 steps, read from its log) was still
+    # creeping towards 1.0 with 0.3x the warm-up spread when its call ended, and trips nothing
+    "2026-12-04c/guard-collapse/guard-collapse.steps.jsonl.gz": [
+        ("policy_collapse", 33, 37),
+        ("degenerate_batch", 35, 37),
+    ],
 }
 # Attempts rolled back to an earlier run's checkpoint (2026-12-04b, guard-resume): judged after the steps of that
 # run up to the checkpoint, as the operator's attempt is (its baselines restored from the status). On the device
