@@ -69,17 +69,20 @@ def _recorded_jsonl() -> list[Path]:
 RECORDED_TRIPS = {
     "2026-12-04/batch/guard-temp.steps.jsonl.gz": [("degenerate_batch", 25, 29)],
     # the learning rate far too high (0.1 from step 26): the KL runs away within 4 steps (onset 27), then every
-    # response is cut with no reward spread, and from step 36 entropy is gone too (0.0 against a baseline of 6.14)
+    # response is cut with no reward spread, and the entropy is gone too (0.0 against 6.14): under its bound from
+    # step 28, the onset, though the reward's creep held the 5-of-8 window back until step 36
     "2026-12-04b/guard-resume/guard-lr.steps.jsonl.gz": [
         ("kl_runaway", 27, 29),
         ("degenerate_batch", 29, 31),
-        ("policy_collapse", 36, 40),
+        ("policy_collapse", 28, 40),
     ],
     # the single-word reward at lr 4e-3, live in act mode: every response the word repeated (entropy 5.06 -> 0.001,
-    # reward 1.0 with no spread); its lr 2e-3 twin (guard-collapse-lr2e-3, 38 steps, read from its log) was still
-    # creeping towards 1.0 with 0.3x the warm-up spread when its call ended, and trips nothing
+    # reward 1.0 with no spread). The entropy was under its bound from the first judged step, 21 (live, with the
+    # code of the run, the onset was the window's first step, 33, and the rollback target checkpoint 30). Its
+    # lr 2e-3 twin (guard-collapse-lr2e-3, 38 steps, read from its log) was still creeping towards 1.0 with 0.3x
+    # the warm-up spread when its call ended, and trips nothing
     "2026-12-04c/guard-collapse/guard-collapse.steps.jsonl.gz": [
-        ("policy_collapse", 33, 37),
+        ("policy_collapse", 21, 37),
         ("degenerate_batch", 35, 37),
     ],
 }
@@ -249,9 +252,17 @@ def test_a_collapse_onto_what_the_reward_pays_trips_although_the_reward_is_at_it
         for s in streams.collapse()
     ]
     ((name, onset, tripped),) = trips(at_best)
-    assert name == "policy_collapse"
-    # the jump to 1.0 is a rise until it leaves the 10-step slope window
-    assert ONSET < onset <= ONSET + 10 and onset + 4 <= tripped <= onset + 8
+    # the jump to 1.0 is a rise until it leaves the 10-step slope window, which holds the trip back; the onset is
+    # still where the entropy fell, so a rollback goes to a checkpoint before the collapse
+    assert (name, onset) == ("policy_collapse", ONSET)
+    assert ONSET + 10 < tripped <= ONSET + 10 + 8
+
+
+def test_a_collapse_onset_reaches_back_at_most_a_slope_window_before_the_k_of_m_window() -> None:
+    # entropy under its bound long before the spread goes: the onset is clamped to the protection horizon
+    early = [replace(s, entropy=0.01) if s.step >= ONSET - 15 else s for s in streams.collapse()]
+    ((name, onset, tripped),) = trips(early)
+    assert name == "policy_collapse" and onset == tripped - (8 + 10) + 1 > ONSET - 15
 
 
 def test_a_collapse_whose_reward_still_rises_does_not_trip() -> None:

@@ -97,9 +97,11 @@ def test_nothing_acts_in_observe_mode_and_nothing_needs_protecting() -> None:
     assert protection_horizon(config) == 0
 
 
-def test_act_mode_protects_the_widest_k_of_m_window_of_the_detectors_that_act() -> None:
+def test_act_mode_protects_the_widest_reach_of_the_detectors_that_act() -> None:
     assert acts(parse_config({"mode": "act"}))
-    assert protection_horizon(parse_config({"mode": "act"})) == 8  # policy_collapse: 5 of 8
+    # policy_collapse: its 5-of-8 window and the 10-step slope window before it (the entropy fall)
+    assert protection_horizon(parse_config({"mode": "act"})) == 18
+    assert protection_horizon(parse_config({"mode": "act", "detectors": {"policyCollapse": {"slopeWindow": 5}}})) == 13
     narrower = {"mode": "act", "detectors": {"policyCollapse": {"mode": "observe"}, "klRunaway": {"k": 2, "m": 7}}}
     assert protection_horizon(parse_config(narrower)) == 7
 

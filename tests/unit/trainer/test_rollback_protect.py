@@ -138,7 +138,7 @@ def test_protection_only_when_guardrails_act() -> None:
     observe = parse_config({"mode": "observe"})
     assert (acts(observe), protection_horizon(observe)) == (False, 0)
     act = parse_config({"mode": "act"})
-    assert (acts(act), protection_horizon(act)) == (True, 8)  # policy_collapse's 5 of 8
+    assert (acts(act), protection_horizon(act)) == (True, 18)  # policy_collapse's 5 of 8 and slope window 10
     only_nan = parse_config({"mode": "act", "detectors": {name: {"enabled": False} for name in (
         "klRunaway", "gradSpike", "policyCollapse", "degenerateBatch")}})
     assert protection_horizon(only_nan) == 1

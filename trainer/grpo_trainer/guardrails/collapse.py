@@ -18,7 +18,12 @@ class PolicyCollapse:
     its warm-up median AND reward is not improving (Theil-Sen slope over slope_window steps, times the
     window, below spread_ratio x the baseline reward std). A saturated reward is no exemption: a policy
     that collapsed onto what a reward pays for (one token repeated) scores the reward's best with no
-    spread, exactly like a solved task, and GRPO has nothing left to learn from either (H200 guard-collapse)."""
+    spread, exactly like a solved task, and GRPO has nothing left to learn from either (H200 guard-collapse).
+
+    The onset is where the entropy fell below its bound, when that was before the k-of-m window (at most
+    slope_window steps before it): a reward creeping up to its ceiling holds the trip back for several steps
+    after the collapse, and a rollback to a checkpoint inside them would restore a policy already collapsed
+    (the H200 run: entropy under the bound from step 19, the window's first step 33)."""
 
     warmup: int
     entropy_ratio: float
@@ -28,6 +33,7 @@ class PolicyCollapse:
     m: int
     name: str = "policy_collapse"
     rewards: deque[float] = field(init=False)
+    entropy_low_since: int | None = None
 
     def __post_init__(self) -> None:
         self.baseline = WarmupBaseline(("entropy", "rewardStd"), self.warmup)
@@ -44,13 +50,22 @@ class PolicyCollapse:
         base = self.baseline.value or {}
         rise = theil_sen_slope(list(self.rewards)) * self.slope_window
         margin = self.spread_ratio * base["rewardStd"]
-        out = entropy < self.entropy_ratio * base["entropy"] and spread < margin and rise <= margin
+        entropy_low = entropy < self.entropy_ratio * base["entropy"]
+        if not entropy_low:
+            self.entropy_low_since = None
+        elif self.entropy_low_since is None:
+            self.entropy_low_since = s.step
+        out = entropy_low and spread < margin and rise <= margin
         why = (
             f"entropy {entropy:.4g} (baseline {base['entropy']:.4g}), reward std {spread:.4g} "
             f"(baseline {base['rewardStd']:.4g}), reward rise over {self.slope_window} steps {rise:.3g}"
         )
         extra = {"rewardStd": spread, "rewardStdBaseline": base["rewardStd"], "rewardRise": rise}
-        return self.latch.judge(s.step, out, why, entropy, base["entropy"], extra)
+        earliest = None
+        if self.entropy_low_since is not None:
+            earliest = max(self.entropy_low_since, s.step - (self.m + self.slope_window) + 1)
+            why += f"; entropy under its bound since step {self.entropy_low_since}"
+        return self.latch.judge(s.step, out, why, entropy, base["entropy"], extra, earliest_onset=earliest)
 
     def baselines(self) -> dict[str, float]:
         return dict(self.baseline.value or {})

@@ -55,6 +55,11 @@ class _Persisting(_Detector):
             raise ValueError(f"k ({self.k}) must not exceed m ({self.m})")
         return self
 
+    @property
+    def reach(self) -> int:
+        """The most steps a trip's onset can lie before the step it trips on, counted inclusively."""
+        return self.m
+
 
 class KlRunawayConfig(_Persisting):
     factor: float = Field(default=10.0, gt=1, description="KL above factor x its trailing median is out of bounds.")
@@ -74,6 +79,12 @@ class PolicyCollapseConfig(_Persisting):
     entropy_ratio: float = Field(default=0.1, gt=0, lt=1, description="Entropy below this x its warm-up median ...")
     spread_ratio: float = Field(default=0.1, gt=0, lt=1, description="... and reward std below this x its baseline.")
     slope_window: int = Field(default=10, ge=5, le=100, description="Steps over which reward must be improving.")
+
+    @property
+    def reach(self) -> int:
+        # the onset goes back to where the entropy fell (grpo_trainer.guardrails.collapse), at most a slope
+        # window further than the k-of-m window: the reward may creep up that long after the collapse
+        return self.m + self.slope_window
 
 
 class DegenerateBatchConfig(_Persisting):
@@ -118,9 +129,10 @@ def acts(config: GuardrailsConfig) -> bool:
 
 
 def protection_horizon(config: GuardrailsConfig) -> int:
-    """The most steps an act-mode trip's onset can lie before the step it trips on (its k-of-m window m;
-    non_finite trips on its onset step: 1); 0 when nothing acts. Checkpoints this recent must be kept."""
-    return max((getattr(detector_config(config, n), "m", 1) for n in _acting(config)), default=0)
+    """The most steps an act-mode trip's onset can lie before the step it trips on (a detector's `reach`: its
+    k-of-m window m, policy_collapse's m + slope_window; non_finite trips on its onset step: 1); 0 when nothing
+    acts. Checkpoints this recent must be kept."""
+    return max((getattr(detector_config(config, n), "reach", 1) for n in _acting(config)), default=0)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

@@ -33,10 +33,14 @@ class Latch:
         value: float | None,
         baseline: float | None,
         extra: dict[str, float] | None = None,
+        earliest_onset: int | None = None,
     ) -> DetectorState:
-        """`why` states the rule at this step, e.g. "kl_loss 1.0 > 10 x trailing median 0.02"."""
+        """`why` states the rule at this step, e.g. "kl_loss 1.0 > 10 x trailing median 0.02". A detector
+        that knows the trouble began before its k-of-m window gives that step as `earliest_onset`."""
         onset = self.persistence.push(step, out)
         if self.tripped_step is None and onset is not None:
+            if earliest_onset is not None:
+                onset = min(onset, earliest_onset)
             self.onset, self.tripped_step = onset, step
             self.trip_reason = f"{why}; {self.persistence.count()} of the last {self.m} steps out of bounds"
         if self.tripped_step is not None:
