@@ -1264,7 +1264,11 @@ class GuardrailTripStatus(StatusModel):
     attempt: int = Field(description="The attempt it tripped in (1 is the first; each rollback starts one more).")
     detector: str = Field(description="The detector, e.g. grad_spike.")
     step: int | None = Field(default=None, description="The step it tripped at.")
-    onset_step: int | None = Field(default=None, description="The first out-of-bounds step of the window that tripped.")
+    onset_step: int | None = Field(
+        default=None,
+        description="The first out-of-bounds step of the window that tripped (policy_collapse: where the entropy "
+        "fell under its bound, at most m + slopeWindow steps before the trip).",
+    )
     value: float | None = Field(default=None, description="Its headline value at the trip.")
     baseline: float | None = Field(default=None, description="The baseline that value was compared with.")
     mode: str = Field(default="observe", description="observe or act, as this detector ran.")

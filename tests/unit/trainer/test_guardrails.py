@@ -258,6 +258,15 @@ def test_a_collapse_onto_what_the_reward_pays_trips_although_the_reward_is_at_it
     assert ONSET + 10 < tripped <= ONSET + 10 + 8
 
 
+def test_a_collapse_onset_is_the_start_of_the_last_fall_of_entropy_not_an_earlier_dip() -> None:
+    dip_then_fall = [
+        replace(s, entropy=0.01) if ONSET - 15 <= s.step <= ONSET - 12 or s.step >= ONSET - 3 else s
+        for s in streams.collapse()
+    ]
+    ((name, onset, _),) = trips(dip_then_fall)
+    assert (name, onset) == ("policy_collapse", ONSET - 3)
+
+
 def test_a_collapse_onset_reaches_back_at_most_a_slope_window_before_the_k_of_m_window() -> None:
     # entropy under its bound long before the spread goes: the onset is clamped to the protection horizon
     early = [replace(s, entropy=0.01) if s.step >= ONSET - 15 else s for s in streams.collapse()]

@@ -23,7 +23,7 @@ class PolicyCollapse:
     The onset is where the entropy fell below its bound, when that was before the k-of-m window (at most
     slope_window steps before it): a reward creeping up to its ceiling holds the trip back for several steps
     after the collapse, and a rollback to a checkpoint inside them would restore a policy already collapsed
-    (the H200 run: entropy under the bound from step 19, the window's first step 33)."""
+    (the H200 run: entropy under the bound from the first judged step, 21; the window's first step 33)."""
 
     warmup: int
     entropy_ratio: float

@@ -19,7 +19,8 @@ class GuardrailGauges:
         self.warming = gauge("warming", "1 while the detector is still collecting its warm-up baseline.")
         self.value = gauge("value", "The value the detector judged at the last step (NaN when not reported).")
         self.baseline = gauge("baseline", "What that value is compared with: the job's own median (NaN until known).")
-        self.onset_step = gauge("onset_step", "First out-of-bounds step of the window that tripped it (NaN if not).")
+        self.onset_step = gauge("onset_step", "First out-of-bounds step of the window that tripped it "
+                                 "(policy_collapse: where the entropy fell; NaN if not tripped).")
 
     def observe(self, states: Iterable[DetectorState]) -> None:
         for s in states:
