@@ -77,6 +77,10 @@ def _skip_name(data: bytes, offset: int) -> int:
     return offset + 1
 
 
+class DnsUnavailable(OSError):
+    """The real node's CoreDNS did not answer: whether the name is a real pod's is unknown."""
+
+
 @dataclass
 class ClusterDns:
     """The real node's CoreDNS, asked which pod serves a Service name; answers kept a few seconds."""
@@ -84,10 +88,14 @@ class ClusterDns:
     server: str
     real_pods: ipaddress.IPv4Network
     ttl: float = 5.0
+    port: int = 53
+    attempts: int = 3
     cache: dict[str, tuple[float, str | None]] = field(default_factory=dict)
 
     def real_pod(self, host: str) -> str | None:
-        """The real pod's IP behind `host` (a `*.svc.cluster.local` name), or None (simulated or unknown)."""
+        """The real pod's IP behind `host` (a `*.svc.cluster.local` name), or None (a simulated cluster's
+        name). Raises DnsUnavailable when CoreDNS does not answer: on a loaded machine a lost or late reply
+        taken for "simulated" made a real RayJob's Ray job look SUCCEEDED (the stand-in's default)."""
         name = host.split(":", 1)[0]
         if not name.endswith(".svc.cluster.local"):
             return None
@@ -95,17 +103,22 @@ class ClusterDns:
         cached = self.cache.get(name)
         if cached and now - cached[0] < self.ttl:
             return cached[1]
-        qid = random.randrange(1, 0xFFFF)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(1.0)
-            try:
-                sock.sendto(dns_query(name, qid), (self.server, 53))
-                addresses = dns_answer_addresses(sock.recv(4096), qid)
-            except OSError:
-                addresses = []
+        addresses = self._resolve(name)
         found = next((a for a in addresses if ipaddress.ip_address(a) in self.real_pods), None)
         self.cache[name] = (now, found)
         return found
+
+    def _resolve(self, name: str) -> list[str]:
+        for _ in range(self.attempts):
+            qid = random.randrange(1, 0xFFFF)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.settimeout(1.0)
+                try:
+                    sock.sendto(dns_query(name, qid), (self.server, self.port))
+                    return dns_answer_addresses(sock.recv(4096), qid)
+                except OSError:
+                    continue
+        raise DnsUnavailable(f"{self.server}:{self.port} did not answer for {name} ({self.attempts} tries)")
 
 
 @dataclass
@@ -192,7 +205,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _relayed(self, host: str) -> bool:
         """Relay the request to the real dashboard when `host` is a real pod's; True if it was."""
         dns = self.state.dns
-        pod_ip = dns.real_pod(host) if dns is not None else None
+        try:
+            pod_ip = dns.real_pod(host) if dns is not None else None
+        except DnsUnavailable as exc:  # KubeRay takes an error for "ask again", never for a job's status
+            self._send(503, {"error": str(exc)})
+            return True
         if pod_ip is None:
             return False
         port = int(host.split(":", 1)[1]) if ":" in host else 80

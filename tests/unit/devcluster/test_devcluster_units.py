@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import shutil
+import socket
+import struct
+import threading
 from pathlib import Path
 
 import pytest
 from grpo_devcluster import build, kwok_config
 from grpo_devcluster.components import KUBERNETES, Component
-from grpo_devcluster.dashboard_standin import Outcome, StandinState, job_info, namespace_of, rayjob_of
+from grpo_devcluster.dashboard_standin import (
+    ClusterDns,
+    DnsUnavailable,
+    Outcome,
+    StandinState,
+    job_info,
+    namespace_of,
+    rayjob_of,
+)
 from grpo_devcluster.errors import DevClusterError
 
 
@@ -123,3 +136,42 @@ def test_the_base_python_prefix_is_the_real_path_its_scripts_name(tmp_path: Path
     (tmp_path / "linked").symlink_to(tmp_path / "pythons")
     monkeypatch.setenv("GRPO_BASE_PYTHON_PREFIX", str(tmp_path / "linked" / "3.12.1"))
     assert images.find_python312() == real.resolve()
+
+
+def _dns_server(answer: str | None) -> tuple[socket.socket, threading.Thread]:
+    """A loopback DNS server: answers one A record (`answer`), or never replies (None)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(5)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                query, peer = sock.recvfrom(512)
+                if answer is None:
+                    continue
+                qid = struct.unpack(">H", query[:2])[0]
+                question = query[12:]
+                record = struct.pack(">HHHIH", 0xC00C, 1, 1, 5, 4) + socket.inet_aton(answer)
+                sock.sendto(struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question + record, peer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return sock, thread
+
+
+def test_cluster_dns_that_does_not_answer_is_not_taken_for_a_simulated_cluster() -> None:
+    sock, _ = _dns_server(None)
+    with sock:
+        dns = ClusterDns("127.0.0.1", ipaddress.IPv4Network("10.244.0.0/24"), port=sock.getsockname()[1], attempts=1)
+        with pytest.raises(DnsUnavailable):
+            dns.real_pod("head-svc.ns.svc.cluster.local:8265")
+        assert dns.cache == {}  # asked again next time
+
+
+def test_cluster_dns_answers_a_real_pod_or_a_simulated_one() -> None:
+    for answer, expected in (("10.244.0.7", "10.244.0.7"), ("127.0.0.9", None)):
+        sock, _ = _dns_server(answer)
+        with sock:
+            dns = ClusterDns("127.0.0.1", ipaddress.IPv4Network("10.244.0.0/24"), port=sock.getsockname()[1])
+            assert dns.real_pod("head-svc.ns.svc.cluster.local:8265") == expected
