@@ -436,8 +436,8 @@ def _check_guardrails(spec: GRPOJobSpec) -> None:
     guardrails = spec.guardrails
     if guardrails.rollback.change == "klCoef" and not spec.algorithm.kl_loss.enabled:
         raise PlanError("guardrails.rollback.change", SPEC_RULE_MESSAGES["kl_rollback"])
-    for name in type(guardrails.detectors).model_fields:
-        detector = getattr(guardrails.detectors, name)
+    detectors = {name: getattr(guardrails.detectors, name) for name in type(guardrails.detectors).model_fields}
+    for name, detector in detectors.items():
         if not hasattr(detector, "k"):
             continue
         field = to_camel(name)
@@ -447,8 +447,7 @@ def _check_guardrails(spec: GRPOJobSpec) -> None:
             raise PlanError(f"guardrails.detectors.{field}.k",
                             f"k {k} exceeds m {m} (defaults k={k_default}, m={m_default}): k of the last m steps out "
                             "of bounds trips the detector; lower k or raise m")
-    detectors = (getattr(guardrails.detectors, name) for name in type(guardrails.detectors).model_fields)
-    acts = any((d.mode or guardrails.mode) == "act" for d in detectors)  # as the CRD's rule judges it
+    acts = any((d.mode or guardrails.mode) == "act" for d in detectors.values())  # as the CRD's rule judges it
     if acts and spec.checkpoints.resume != "auto":
         raise PlanError("guardrails.mode", SPEC_RULE_MESSAGES["act_resume"])
 
