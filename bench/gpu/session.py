@@ -177,6 +177,7 @@ VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
     "ours_noimport": (("GRPO_WARM_SERVER_IMPORT", "0"),),  # the warm balancer imports vLLM on step 1's path
     "ours_before": (("GRPO_VLLM_UNI", "0"), ("GRPO_WARM_SERVER_IMPORT", "0")),  # grpo-train as of 2026-12-04
     "ours_cold": (("GRPO_WARM_START", "0"),),  # none of the warm start either
+    "ours_late_servers": (("GRPO_EARLY_ROLLOUT_SERVERS", "0"),),  # verl creates the vLLM servers after the model load
 }
 
 

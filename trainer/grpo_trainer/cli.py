@@ -30,6 +30,8 @@ PHASE_PREFIX = "grpo-train: "
 WARM_START_ENV = "GRPO_WARM_START"
 # "0": the warm load balancer does not import the rollout server's module early (grpo_trainer.task_runner)
 WARM_SERVER_IMPORT_ENV = "GRPO_WARM_SERVER_IMPORT"
+# "0": verl starts the rollout's vLLM servers after the model load (grpo_trainer.rollout_server)
+EARLY_ROLLOUT_SERVERS_ENV = "GRPO_EARLY_ROLLOUT_SERVERS"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -176,9 +178,14 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
 
         plan = preload_plan(config)
         if os.environ.get(WARM_START_ENV, "1") == "0":  # verl's own start-up order (grpo_trainer.task_runner)
-            plan = dataclasses.replace(plan, transfer_queue_in_driver=False, agent_loop_workers=0)
+            plan = dataclasses.replace(
+                plan, transfer_queue_in_driver=False, agent_loop_workers=0, early_servers=None,
+                early_servers_skipped=f"{WARM_START_ENV}=0",
+            )
         if os.environ.get(WARM_SERVER_IMPORT_ENV, "1") == "0":
             plan = dataclasses.replace(plan, warm_server_import=False)
+        if os.environ.get(EARLY_ROLLOUT_SERVERS_ENV, "1") == "0":
+            plan = dataclasses.replace(plan, early_servers=None, early_servers_skipped=f"{EARLY_ROLLOUT_SERVERS_ENV}=0")
 
         def start_then_prepare() -> None:
             # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.task_runner)

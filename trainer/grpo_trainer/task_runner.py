@@ -36,6 +36,10 @@ Two more start-up processes are started earlier than verl starts them (bench/gpu
   "ready to fit", off the path to step 1; the warm one is handed its servers on that path (5-6 s on the
   H200 machine between "LLMServerManager" and "checkpoint engine manager initialized", issue 17.3), so it
   imports the module while it waits instead. GRPO_WARM_SERVER_IMPORT=0: not imported early.
+- the training rollout's vLLM server actors (grpo_trainer.early_servers, grpo_trainer.rollout_server): verl
+  creates them after the actor's model is loaded and each then imports vLLM (24-26 s on the H200 machine);
+  they start at the beginning of the constructor instead, where their name and node are already known.
+  GRPO_EARLY_ROLLOUT_SERVERS=0: verl starts them.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from grpo_trainer.early_servers import EarlyServers, plan_early_servers
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,8 @@ class Preload:
     full_determinism: bool = False  # actor_rollout_ref.rollout.full_determinism, for the early load balancer
     transfer_queue_in_driver: bool = True  # the driver starts TransferQueue (start_transfer_queue) first
     warm_server_import: bool = True  # the warm load balancer imports the rollout server's module early
+    early_servers: EarlyServers | None = None  # vLLM rollout servers started early (grpo_trainer.rollout_server)
+    early_servers_skipped: str = ""  # why none are, when early_servers is None
 
 
 def preload_plan(config: Any) -> Preload:
@@ -85,6 +93,7 @@ def preload_plan(config: Any) -> Preload:
     # a manager class of the user's own creates its workers its own way: nothing started early then
     custom_manager = OmegaConf.select(cfg, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
     workers = int(OmegaConf.select(cfg, "actor_rollout_ref.rollout.agent.num_workers", default=0) or 0)
+    early_servers, skipped = _plan_early_servers(cfg)
     return Preload(
         modules=("transfer_queue", "verl.trainer.ppo.v1"),
         trainer_mode=OmegaConf.select(cfg, "trainer.v1.trainer_mode"),
@@ -92,7 +101,28 @@ def preload_plan(config: Any) -> Preload:
         transfer_queue=tq_settings,
         agent_loop_workers=0 if custom_manager else workers,
         full_determinism=bool(OmegaConf.select(cfg, "actor_rollout_ref.rollout.full_determinism", default=False)),
+        early_servers=early_servers,
+        early_servers_skipped=skipped,
     )
+
+
+def _plan_early_servers(cfg: Any) -> tuple[EarlyServers | None, str]:
+    from omegaconf import OmegaConf
+
+    keys = ("actor_rollout_ref.rollout", "actor_rollout_ref.hybrid_engine", "trainer.nnodes", "trainer.n_gpus_per_node")
+    plain: dict[str, Any] = {}
+    try:
+        for key in keys:
+            value = OmegaConf.select(cfg, key)
+            value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            section, leaf = key.rsplit(".", 1)
+            node = plain
+            for part in section.split("."):
+                node = node.setdefault(part, {})
+            node[leaf] = value
+    except Exception as e:  # an interpolation verl resolves later: verl starts its servers itself
+        return None, f"rollout config not resolvable before the run ({e})"
+    return plan_early_servers(plain)
 
 
 def run_preload(plan: Preload) -> dict[str, float]:

@@ -6,12 +6,19 @@ driver's run path and the actor's process load it, never the config builder or -
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 import ray
 from verl.trainer.main_ppo import TaskRunnerV1
 
+from grpo_trainer.early_servers import actor_node
 from grpo_trainer.task_runner import PREPARED_LINE, Preload, balancer_imports, rollout_server_module, run_preload
+from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV
+
+EARLY_SERVERS_LINE = "grpo-train: rollout servers started early: "
+NO_EARLY_SERVERS_LINE = "grpo-train: rollout servers not started early: "
 
 
 class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without its @ray.remote wrapper
@@ -20,6 +27,7 @@ class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without
         self._warm_agent_workers = 0
         if plan is not None:
             took = run_preload(plan)
+            start_rollout_servers(plan)  # first: they are on the path to step 1 (grpo_trainer.early_servers)
             if plan.agent_loop_workers > 0:
                 from grpo_trainer import agent_loop
 
@@ -39,6 +47,8 @@ class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without
         if "grpo_trainer.agent_loop" in sys.modules:
             # the rollout servers are up: their manager took the early load balancer, or nobody will
             sys.modules["grpo_trainer.agent_loop"].discard_unused_balancer()
+        if "grpo_trainer.rollout_server" in sys.modules:
+            sys.modules["grpo_trainer.rollout_server"].discard_unused()
         if not self._warm_agent_workers:
             return super().init_agent_loop_manager()
         from grpo_trainer.agent_loop import WarmAgentLoopManager
@@ -49,6 +59,27 @@ class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without
             teacher_client=self.trainer.get_teacher_client(),
             reward_loop_worker_handles=self.trainer.get_reward_handles(),
         )
+
+
+def start_rollout_servers(plan: Preload) -> None:
+    """The plan's rollout servers, on the one node that can hold the actor pool; never fails the constructor
+    (verl then starts its own servers, as before)."""
+    if plan.early_servers is None:
+        print(NO_EARLY_SERVERS_LINE + plan.early_servers_skipped, flush=True)
+        return
+    try:
+        actor_resource = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}").get("actor")
+        node = actor_node(ray.nodes(), plan.early_servers, actor_resource)
+        if node is None:
+            print(f"{NO_EARLY_SERVERS_LINE}not exactly one alive node offers {plan.early_servers.gpus_per_node} "
+                  f"GPUs{f' and {actor_resource}' if actor_resource else ''}", flush=True)
+            return
+        from grpo_trainer import rollout_server
+
+        names = rollout_server.prestart(plan.early_servers, node)
+        print(f"{EARLY_SERVERS_LINE}{', '.join(names)} on node {node}", flush=True)
+    except Exception as e:
+        print(f"{NO_EARLY_SERVERS_LINE}{e!r}", flush=True)
 
 
 GrpoTaskRunnerActor = ray.remote(GrpoTaskRunner)
