@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 BOUND_LINE = "grpo-train: rollout server bound in "
 NAME_RELEASE_TIMEOUT_S = 30.0
+# an early server that is not up by then (no CPU to schedule it on its node, a runtime env that hangs) is
+# given up and verl starts its own; on the H200 machine it was up 25 s before verl asked
+BIND_TIMEOUT_S = 300.0
 
 
 class GrpoVLLMHttpServer(vLLMHttpServer):
@@ -61,12 +64,17 @@ def ray_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def prestart(plan: EarlyServers, node_id: str) -> list[str]:
-    """Create the planned servers on `node_id` (not awaited); returns their names."""
+    """Create the planned servers on `node_id` (not awaited); returns their names. Should one fail to be
+    created, the others are removed again: verl creates all its own, under the same names."""
+    install()  # first: a named actor created before would block verl's own of that name if nothing took it
     env_vars = server_env_vars()
-    for name in plan.names:
-        options = early_options(name, node_id, env_vars, plan.max_concurrency)
-        _early[name] = (options, _EarlyActor.options(**ray_options(options)).remote())
-    install()
+    try:
+        for name in plan.names:
+            options = early_options(name, node_id, env_vars, plan.max_concurrency)
+            _early[name] = (options, _EarlyActor.options(**ray_options(options)).remote())
+    except Exception:
+        discard_unused(quiet=True)
+        raise
     return list(plan.names)
 
 
@@ -83,7 +91,7 @@ def take(options: dict[str, Any], kwargs: dict[str, Any]) -> Any | None:
         return None
     started = time.monotonic()
     try:
-        ray.get(handle.bind.remote(**kwargs))
+        ray.get(handle.bind.remote(**kwargs), timeout=BIND_TIMEOUT_S)
     except Exception:
         log.exception("grpo-train: rollout server %s started early did not bind; verl starts its own", name)
         release(name, handle)
@@ -95,7 +103,8 @@ def take(options: dict[str, Any], kwargs: dict[str, Any]) -> Any | None:
 
 
 def release(name: str, handle: Any) -> None:
-    """Remove an early server and wait until its name is free for verl's own."""
+    """Remove an early server and wait until its name is free for verl's own; an error naming the cause if
+    it is not (verl's own would fail with Ray's "name already taken")."""
     try:
         ray.kill(handle, no_restart=True)
     except Exception as e:  # already gone
@@ -107,15 +116,22 @@ def release(name: str, handle: Any) -> None:
         except ValueError:
             return
         time.sleep(0.2)
-    log.warning("grpo-train: the name %s was not released within %.0f s", name, NAME_RELEASE_TIMEOUT_S)
+    raise RuntimeError(
+        f"grpo-train: the rollout server {name} started early was removed, but Ray still held its name after "
+        f"{NAME_RELEASE_TIMEOUT_S:.0f} s, so verl cannot create its own; set GRPO_EARLY_ROLLOUT_SERVERS=0"
+    )
 
 
-def discard_unused() -> None:
+def discard_unused(quiet: bool = False) -> None:
     """The early servers verl did not ask for (another trainer mode, say): removed, not left idle."""
     for name in list(_early):
         _options, handle = _early.pop(name)
-        log.warning("grpo-train: rollout server %s started early was not asked for; removed", name)
-        release(name, handle)
+        if not quiet:
+            log.warning("grpo-train: rollout server %s started early was not asked for; removed", name)
+        try:
+            release(name, handle)
+        except RuntimeError as e:  # nobody creates a server of that name after this point
+            log.warning("%s", e)
 
 
 class _EarlyServerClass:

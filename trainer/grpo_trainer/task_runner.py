@@ -38,7 +38,9 @@ Two more start-up processes are started earlier than verl starts them (bench/gpu
   imports the module while it waits instead. GRPO_WARM_SERVER_IMPORT=0: not imported early.
 - the training rollout's vLLM server actors (grpo_trainer.early_servers, grpo_trainer.rollout_server): verl
   creates them after the actor's model is loaded and each then imports vLLM (24-26 s on the H200 machine);
-  they start at the beginning of the constructor instead, where their name and node are already known.
+  they start in the constructor instead, right after its imports (vLLM's among them) and TransferQueue's
+  connection, where their name and node are already known; any verl does not ask for are removed once its
+  servers are up (`init_agent_loop_manager`).
   GRPO_EARLY_ROLLOUT_SERVERS=0: verl starts them.
 """
 

@@ -27,7 +27,7 @@ class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without
         self._warm_agent_workers = 0
         if plan is not None:
             took = run_preload(plan)
-            start_rollout_servers(plan)  # first: they are on the path to step 1 (grpo_trainer.early_servers)
+            start_rollout_servers(plan)  # before the other early starts: on the path to step 1 (early_servers)
             if plan.agent_loop_workers > 0:
                 from grpo_trainer import agent_loop
 

@@ -100,6 +100,18 @@ def test_the_names_and_the_concurrency_are_verls(verl_defaults: DictConfig) -> N
     source = (Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
     assert 'name = f"{prefix}server_{self.replica_rank}_{node_rank}{self.name_suffix}"' in source
     assert 'return "vllm_"' in source
+    # the options launch_servers gives the server, which the early server's must equal
+    launch = source[source.index("async def launch_servers") :]
+    options = launch[launch.index("self.server_class.options(") : launch.index(").remote(")]
+    assert [line.strip() for line in options.splitlines()[1:] if line.strip()] == [
+        "scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(",
+        "node_id=node_id,",
+        "soft=False,",
+        "),",
+        'runtime_env={"env_vars": env_vars},',
+        "name=name,",
+        "max_concurrency=self.max_concurrency,",
+    ]
     assert early_servers.CONTROL_METHOD_CONCURRENCY == CONTROL_METHOD_CONCURRENCY
 
 
@@ -268,9 +280,11 @@ class _FakeVerlServer:  # verl's vLLMHttpServer: its constructor's keywords
 
 
 class _FakeReplica:  # verl's vLLMReplica: what its constructor sets that the patch reads
-    def __init__(self, replica_rank: int, is_reward_model: bool = False, name_suffix: str = "") -> None:
+    def __init__(
+        self, replica_rank: int, is_reward_model: bool = False, is_teacher_model: bool = False, name_suffix: str = ""
+    ) -> None:
         self.replica_rank = replica_rank
-        self.is_reward_model, self.is_teacher_model = is_reward_model, False
+        self.is_reward_model, self.is_teacher_model = is_reward_model, is_teacher_model
         self.name_suffix = f"_{name_suffix}" if name_suffix else ""
         self.server_class = "verl's server class"
 
@@ -289,11 +303,17 @@ class _Handle:
 
 
 class _VerlClass:  # ray.remote(vLLMHttpServer): verl's own creation, recorded
-    def __init__(self) -> None:
+    def __init__(self, events: list[str] | None = None) -> None:
         self.created: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.events = events if events is not None else []
 
     def options(self, **options: Any) -> Any:
-        return SimpleNamespace(remote=lambda **kwargs: self.created.append((options, kwargs)) or "verl's server")
+        def remote(**kwargs: Any) -> str:
+            self.created.append((options, kwargs))
+            self.events.append("verl creates its own")
+            return "verl's server"
+
+        return SimpleNamespace(remote=remote)
 
 
 @pytest.fixture()
@@ -319,14 +339,31 @@ def rollout_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(_FakeReplica, "__init__", _FakeReplica.__init__)  # the patch lands on this test only
     killed: list[Any] = []
-    monkeypatch.setattr(ray, "kill", lambda handle, no_restart=True: killed.append(handle))
-    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    events: list[str] = []  # kills, name lookups and verl's creations, in order
+    gets: list[Any] = []
+
+    def kill(handle: Any, no_restart: bool = True) -> None:
+        killed.append(handle)
+        events.append("kill")
+
+    def get(ref: Any, timeout: float | None = None) -> Any:
+        gets.append(timeout)
+        return ref
+
+    monkeypatch.setattr(ray, "kill", kill)
+    monkeypatch.setattr(ray, "get", get)
     names_taken: set[str] = set()
+    held_for_good: set[str] = set()
 
     def get_actor(name: str) -> Any:
+        if name in held_for_good:
+            events.append("name still held")
+            return "still there"
         if name in names_taken:
             names_taken.discard(name)  # released once asked after the kill
+            events.append("name still held")
             return "still there"
+        events.append("name free")
         raise ValueError(name)
 
     monkeypatch.setattr(ray, "get_actor", get_actor)
@@ -334,8 +371,8 @@ def rollout_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(grpo_trainer, "rollout_server", None, raising=False)
     try:
         module = importlib.import_module("grpo_trainer.rollout_server")
-        module.killed = killed
-        module.names_taken = names_taken
+        module.killed, module.events, module.gets = killed, events, gets
+        module.names_taken, module.held_for_good = names_taken, held_for_good
         yield module
     finally:
         sys.modules.pop("grpo_trainer.rollout_server", None)
@@ -371,6 +408,7 @@ def test_the_early_server_is_bound_with_verls_arguments_and_handed_to_verl(
     assert verl_class.created == [] and rollout_server.killed == []
     assert rollout_server.BOUND_LINE in capsys.readouterr().out
     assert rollout_server._early == {}  # taken once
+    assert rollout_server.gets == [rollout_server.BIND_TIMEOUT_S]  # a server that never comes up is given up
 
 
 def test_bind_runs_verls_server_constructor(rollout_server: Any) -> None:
@@ -381,13 +419,14 @@ def test_bind_runs_verls_server_constructor(rollout_server: Any) -> None:
 
 
 def test_an_early_server_on_another_node_is_removed_before_verl_creates_its_own(rollout_server: Any) -> None:
-    handle, verl_class = _Handle(), _VerlClass()
+    handle, verl_class = _Handle(), _VerlClass(rollout_server.events)
     _started_early(rollout_server, handle, node=N1)
     rollout_server.names_taken.add("vllm_server_0_0")  # the kill is seen by the name lookup only later
     created = rollout_server._EarlyServerClass(verl_class).options(**_verl_options(node=N2)).remote(replica_rank=0)
     assert created == "verl's server" and handle.bound == []
     assert rollout_server.killed == [handle]
-    assert "vllm_server_0_0" not in rollout_server.names_taken  # verl's own was created after the name was free
+    # verl's own is created only once the early one's name is free
+    assert rollout_server.events == ["kill", "name still held", "name free", "verl creates its own"]
     ((options, kwargs),) = verl_class.created
     assert asked_options(options) == asked_options(_verl_options(node=N2)) and kwargs == {"replica_rank": 0}
 
@@ -412,6 +451,12 @@ def test_only_the_training_rollouts_replicas_look_for_early_servers(rollout_serv
     assert isinstance(replica.server_class, rollout_server._EarlyServerClass)
     assert replica.server_class.verl_class == "verl's server class"
     assert rollout_server.vLLMReplica(replica_rank=0, is_reward_model=True).server_class == "verl's server class"
+    assert rollout_server.vLLMReplica(replica_rank=0, is_teacher_model=True).server_class == "verl's server class"
+
+    class PDReplica(rollout_server.vLLMReplica):  # verl's prefill/decode replicas name their servers otherwise
+        pass
+
+    assert PDReplica(replica_rank=0).server_class == "verl's server class"
     assert rollout_server.vLLMReplica(replica_rank=0, name_suffix="b").server_class == "verl's server class"
 
 
@@ -434,3 +479,40 @@ def test_the_early_server_gets_verls_environment_and_options(rollout_server: Any
     ) is None
     assert asked_options(options) == asked_options(_verl_options())
 
+
+
+def test_a_server_that_cannot_be_created_takes_the_others_back_out(rollout_server: Any, monkeypatch: Any) -> None:
+    handles = iter(["first handle"])
+
+    def remote() -> str:
+        try:
+            return next(handles)
+        except StopIteration:
+            raise RuntimeError("no CPU on the node for the second server") from None
+
+    early_actor = SimpleNamespace(options=lambda **o: SimpleNamespace(remote=remote))
+    monkeypatch.setattr(rollout_server, "_EarlyActor", early_actor)
+    two = EarlyServers(names=("vllm_server_0_0", "vllm_server_1_0"), gpus_per_node=2, max_concurrency=1000)
+    with pytest.raises(RuntimeError, match="second server"):
+        rollout_server.prestart(two, N1)
+    # the first would otherwise hold verl's name for good: removed, and the replica patch is in for any left
+    assert rollout_server.killed == ["first handle"] and rollout_server._early == {}
+    assert rollout_server.vLLMReplica.__init__ is rollout_server._replica_init
+
+
+def test_a_name_ray_never_releases_is_an_error_that_says_so(rollout_server: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(rollout_server, "NAME_RELEASE_TIMEOUT_S", 0.3)
+    rollout_server.held_for_good.add("vllm_server_0_0")
+    with pytest.raises(RuntimeError, match=r"still held its name.*GRPO_EARLY_ROLLOUT_SERVERS=0"):
+        rollout_server.release("vllm_server_0_0", _Handle())
+    _started_early(rollout_server, _Handle())
+    rollout_server.discard_unused()  # after verl's servers are up nobody needs the name: a warning, no error
+    assert rollout_server._early == {}
+
+
+def test_a_rollout_config_that_does_not_resolve_yet_gets_verls_servers(verl_defaults: DictConfig) -> None:
+    cfg = _v1(verl_defaults)
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.max_num_seqs = "${not.a.key}"
+    plan = preload_plan(cfg)
+    assert plan.early_servers is None and "not resolvable before the run" in plan.early_servers_skipped
