@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_trainer.vllm_executor import select_plain as _select
+
 # verl 0.9.1, vllm_async_server.py vLLMReplica.launch_servers (the training rollout: no reward or teacher infix)
 SERVER_NAME = "vllm_server_{replica}_{node}"
 # verl 0.9.1, replica.py RolloutReplica.max_concurrency: Ray's default for async actors, or more
@@ -32,15 +34,6 @@ class EarlyServers:
     names: tuple[str, ...]
     gpus_per_node: int  # the node must offer the actor pool's GPUs
     max_concurrency: int
-
-
-def _select(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
 
 
 def plan_early_servers(config: Mapping[str, Any]) -> tuple[EarlyServers | None, str]:

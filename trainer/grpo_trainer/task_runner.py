@@ -109,19 +109,21 @@ def preload_plan(config: Any) -> Preload:
 
 
 def _plan_early_servers(cfg: Any) -> tuple[EarlyServers | None, str]:
+    """plan_early_servers on the keys it reads, resolved now (OmegaConf.select resolves what it returns)."""
     from omegaconf import OmegaConf
 
-    keys = ("actor_rollout_ref.rollout", "actor_rollout_ref.hybrid_engine", "trainer.nnodes", "trainer.n_gpus_per_node")
-    plain: dict[str, Any] = {}
     try:
-        for key in keys:
-            value = OmegaConf.select(cfg, key)
-            value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-            section, leaf = key.rsplit(".", 1)
-            node = plain
-            for part in section.split("."):
-                node = node.setdefault(part, {})
-            node[leaf] = value
+        rollout = OmegaConf.select(cfg, "actor_rollout_ref.rollout")
+        plain = {
+            "actor_rollout_ref": {
+                "rollout": OmegaConf.to_container(rollout, resolve=True) if OmegaConf.is_config(rollout) else rollout,
+                "hybrid_engine": OmegaConf.select(cfg, "actor_rollout_ref.hybrid_engine"),
+            },
+            "trainer": {
+                "nnodes": OmegaConf.select(cfg, "trainer.nnodes"),
+                "n_gpus_per_node": OmegaConf.select(cfg, "trainer.n_gpus_per_node"),
+            },
+        }
     except Exception as e:  # an interpolation verl resolves later: verl starts its servers itself
         return None, f"rollout config not resolvable before the run ({e})"
     return plan_early_servers(plain)

@@ -6,7 +6,6 @@ driver's run path and the actor's process load it, never the config builder or -
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,7 +14,7 @@ from verl.trainer.main_ppo import TaskRunnerV1
 
 from grpo_trainer.early_servers import actor_node
 from grpo_trainer.task_runner import PREPARED_LINE, Preload, balancer_imports, rollout_server_module, run_preload
-from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV
+from grpo_trainer.worker_setup import role_resources_from_env
 
 EARLY_SERVERS_LINE = "grpo-train: rollout servers started early: "
 NO_EARLY_SERVERS_LINE = "grpo-train: rollout servers not started early: "
@@ -68,7 +67,7 @@ def start_rollout_servers(plan: Preload) -> None:
         print(NO_EARLY_SERVERS_LINE + plan.early_servers_skipped, flush=True)
         return
     try:
-        actor_resource = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}").get("actor")
+        actor_resource = role_resources_from_env(os.environ).get("actor")
         node = actor_node(ray.nodes(), plan.early_servers, actor_resource)
         if node is None:
             print(f"{NO_EARLY_SERVERS_LINE}not exactly one alive node offers {plan.early_servers.gpus_per_node} "

@@ -89,18 +89,19 @@ def executor_choices(config: Mapping[str, Any], environ: Mapping[str, str]) -> l
     """Pure: a choice for every rollout section of a plain (resolved) verl config that starts vLLM servers."""
     choices = []
     for section, enabled_by in ROLLOUT_SECTIONS:
-        if enabled_by is not None and not _select(config, enabled_by):
+        if enabled_by is not None and not select_plain(config, enabled_by):
             continue
-        rollout = _select(config, section)
+        rollout = select_plain(config, section)
         if isinstance(rollout, Mapping):
             choices.append(choose_executor(section, rollout, environ))
     return choices
 
 
-def _select(config: Mapping[str, Any], dotted: str) -> Any:
+def select_plain(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    """Pure: a dotted key of a plain (resolved) verl config; `default` where it is missing or null."""
     node: Any = config
     for part in dotted.split("."):
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
+        if not isinstance(node, Mapping) or node.get(part) is None:
+            return default
+        node = node[part]
     return node

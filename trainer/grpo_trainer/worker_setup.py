@@ -41,7 +41,7 @@ def setup_worker() -> None:
     # our INFO lines ("pool global_pool: bundles pinned to ...") in the worker's log, whatever level
     # verl gives the root logger when the worker imports it
     logging.getLogger("grpo_trainer").setLevel(logging.INFO)
-    role_resources = json.loads(os.environ.get(ROLE_RESOURCES_ENV) or "{}")
+    role_resources = role_resources_from_env(os.environ)
     if role_resources:
         # Placement errors propagate (the import of verl's pools fails): a worker that cannot pin
         # its pools must not start unpinned.
@@ -50,6 +50,11 @@ def setup_worker() -> None:
     # the reward-loop workers (and the task runner) load it: model scores must reach the agent loop whole
     when_imported(reward_model.REWARD_LOOP_MODULE, reward_model.install)
     install_rollback_patches(os.environ)
+
+
+def role_resources_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Pure: role -> Ray custom resource, as the driver put it in every worker's environment ({}: unpinned)."""
+    return json.loads(environ.get(ROLE_RESOURCES_ENV) or "{}")
 
 
 def install_rollback_patches(environ: Mapping[str, str]) -> None:
