@@ -178,6 +178,7 @@ VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
     "ours_before": (("GRPO_VLLM_UNI", "0"), ("GRPO_WARM_SERVER_IMPORT", "0")),  # grpo-train as of 2026-12-04
     "ours_cold": (("GRPO_WARM_START", "0"),),  # none of the warm start either
     "ours_late_servers": (("GRPO_EARLY_ROLLOUT_SERVERS", "0"),),  # verl creates the vLLM servers after the model load
+    "ours_late_ray": (("GRPO_EARLY_RAY", "0"),),  # verl starts Ray after the driver has imported it
 }
 
 

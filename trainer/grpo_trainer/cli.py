@@ -15,8 +15,10 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from grpo_trainer import ray_start
 from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
+from grpo_trainer.ray_start import WARM_START_ENV
 from grpo_trainer.task_runner import EarlyTaskRunner, preload_plan, start_transfer_queue, stop_transfer_queue
 
 log = logging.getLogger("grpo_trainer")
@@ -26,8 +28,6 @@ log = logging.getLogger("grpo_trainer")
 HEAD_NODE_RESOURCE = "node:__internal_head__"
 # start-up lines a user can grep for (and the GPU bench's start-up breakdown reads)
 PHASE_PREFIX = "grpo-train: "
-# "0": TransferQueue, the agent-loop workers and their load balancer start when verl starts them
-WARM_START_ENV = "GRPO_WARM_START"
 # "0": the warm load balancer does not import the rollout server's module early (grpo_trainer.task_runner)
 WARM_SERVER_IMPORT_ENV = "GRPO_WARM_SERVER_IMPORT"
 # "0": verl starts the rollout's vLLM servers after the model load (grpo_trainer.rollout_server)
@@ -174,7 +174,7 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
     # num_cpus=1 is Ray's scheduling default for actors, made explicit: the head group must offer it
     options = {"num_cpus": 1, "resources": {HEAD_NODE_RESOURCE: 0.001}}
     if config.trainer.use_v1:
-        from grpo_trainer.task_runner_actor import GrpoTaskRunnerActor
+        from grpo_trainer.task_runner_host import GrpoTaskRunnerActor
 
         plan = preload_plan(config)
         if os.environ.get(WARM_START_ENV, "1") == "0":  # verl's own start-up order (grpo_trainer.task_runner)
@@ -187,13 +187,12 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
         if os.environ.get(EARLY_ROLLOUT_SERVERS_ENV, "1") == "0":
             plan = dataclasses.replace(plan, early_servers=None, early_servers_skipped=f"{EARLY_ROLLOUT_SERVERS_ENV}=0")
 
-        def start_then_prepare() -> None:
+        def start_transfer_queue_beside() -> None:
             # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.task_runner)
             if plan.transfer_queue is not None and plan.transfer_queue_in_driver:
                 start_transfer_queue(plan.transfer_queue)
-            before_run()
 
-        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), start_then_prepare)
+        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), before_run, start_transfer_queue_beside)
     from verl.trainer.main_ppo_v0 import TaskRunner
 
     return EarlyTaskRunner(TaskRunner, options, (), before_run)
@@ -215,22 +214,39 @@ def validate_with_verl(config: Any) -> None:
         raise GrpoConfigError(f"verl 0.9.1 rejects the config: {e}") from e
 
 
-def run(built: BuiltConfig) -> None:
-    """verl's main_ppo on our config (validate_with_verl has run). Our extensions are installed here in
-    the driver and, through the runtime_env's worker_process_setup_hook, in every Ray worker. The data
-    is prepared once Ray is up and the TaskRunner is starting, not before (grpo_trainer.task_runner)."""
-    from verl.trainer.main_ppo import run_ppo
+def validated_with_verl(config: Any) -> None:
+    """validate_with_verl, and the time it took (it imports verl: most of the driver's start-up)."""
+    started = time.monotonic()
+    validate_with_verl(config)
+    log.info("%sconfig validated by verl in %.1f s", PHASE_PREFIX, time.monotonic() - started)
 
-    from grpo_trainer.worker_setup import setup_worker
+
+def run(built: BuiltConfig) -> None:
+    """verl's main_ppo on our config. Ray and the TaskRunner start first where they can (grpo_trainer.ray_start),
+    then the driver imports verl and validates the config (validate_with_verl) while the TaskRunner's process
+    starts; the data is prepared once the actor exists, not before (grpo_trainer.task_runner). Our extensions
+    are installed here in the driver and, through the runtime_env's worker_process_setup_hook, in every Ray
+    worker."""
 
     def before_run() -> None:
         started = time.monotonic()
         prepare_data(built)
         log.info("%sdata prepared in %.1f s, while the task runner starts", PHASE_PREFIX, time.monotonic() - started)
 
-    setup_worker()  # the driver creates no pools itself, but keeps the same code patched here too
+    runner = task_runner_class(built.verl, before_run)
+    early = ray_start.start(built.verl, runner, os.environ)
     try:
-        run_ppo(built.verl, task_runner_class=task_runner_class(built.verl, before_run))
+        validated_with_verl(built.verl)
+        early = ray_start.confirm(early, built.verl)
+        from verl.trainer.main_ppo import run_ppo
+
+        from grpo_trainer.worker_setup import setup_worker
+
+        setup_worker()  # the driver creates no pools itself, but keeps the same code patched here too
+        run_ppo(built.verl, task_runner_class=runner)
+    except GrpoConfigError:
+        ray_start.give_up(early)  # verl rejects the config: nothing of the run is left behind
+        raise
     finally:
         stop_transfer_queue()
 
@@ -255,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_rehearsal(args)
         started = time.monotonic()
         built = build_config(args.config_path, args.overrides, strict=not args.dry_run)
-        validate_with_verl(built.verl)
-        log.info("%sconfig built and validated in %.1f s", PHASE_PREFIX, time.monotonic() - started)
+        log.info("%sconfig built in %.1f s", PHASE_PREFIX, time.monotonic() - started)
         if args.dry_run:
+            validated_with_verl(built.verl)
             sys.stdout.write(render_dry_run(built))
             return 0
-        run(built)
+        run(built)  # validates with verl once Ray and the TaskRunner are starting
     except (GrpoConfigError, DataPrepError) as e:
         print(f"grpo-train: error: {e}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from grpo_trainer.guardrails.config import ENV_VAR as GUARDRAILS_ENV
 from grpo_trainer.guardrails.config import GuardrailsConfigError
 from grpo_trainer.guardrails.config import parse_config as parse_guardrails
 from grpo_trainer.resume import apply_resume
-from grpo_trainer.reward.length import LENGTH_REWARD_MANAGER_KEYS
+from grpo_trainer.reward.length_keys import LENGTH_REWARD_MANAGER_KEYS
 from grpo_trainer.reward.model import FREE_CACHE_ENGINE_KEY as REWARD_MODEL_FREE_CACHE_ENGINE_KEY
 from grpo_trainer.rollback.request import ROLLBACK_ENV, parse_request
 from grpo_trainer.rollback.start import apply_rollback
@@ -135,9 +135,14 @@ def _plain(value: Any) -> Any:
 
 
 def verl_config_dir() -> str:
-    import verl
+    """verl's config directory, found without importing verl (its __init__ imports torch): the driver builds
+    the config before it imports verl (grpo_trainer.ray_start)."""
+    import importlib.util
 
-    return str(Path(verl.__file__).parent / "trainer" / "config")
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise GrpoConfigError("verl is not installed: grpo-train runs on verl 0.9.1 (the trainer image has it)")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config")
 
 
 def compose_verl_defaults(config_name: str = "ppo_trainer") -> DictConfig:

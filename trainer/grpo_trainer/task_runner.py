@@ -9,8 +9,10 @@ rollout servers. On the H200 machine each of those imports takes seconds to tens
 
 grpo-train used to convert the data before calling run_ppo. Now `run_ppo` gets an `EarlyTaskRunner`:
 its `.remote()` creates the actor right after Ray starts and only then prepares the data in the
-driver, while the actor's process starts. The actor's constructor (`GrpoTaskRunner`) does the
-preparation verl's `run` would do first, so the two overlap:
+driver, while the actor's process starts; where it can, grpo_trainer.ray_start starts Ray and creates the
+actor before the driver even imports verl, and `.remote()` hands run_ppo that actor. The actor's constructor
+(`GrpoTaskRunnerV1`, built in the actor by grpo_trainer.task_runner_host) does the preparation verl's `run`
+would do first, so the two overlap:
 
 - imports the trainer class for `trainer.v1.trainer_mode`, its agent loop and TransferQueue;
 - imports the rollout replica class of `actor_rollout_ref.rollout.name` (vLLM's server module);
@@ -227,9 +229,13 @@ def start_transfer_queue(settings: dict[str, Any]) -> threading.Thread | None:
     return thread
 
 
-def stop_transfer_queue() -> None:
+def stop_transfer_queue(wait_s: float = 300.0) -> None:
     """After the run: shut down the storage units the driver started (the TaskRunner's `transfer_queue.close`
-    removes the controller and its own client, not storage it did not start)."""
+    removes the controller and its own client, not storage it did not start). A start still under way (a run
+    that ended first, or an early Ray given up, grpo_trainer.ray_start) is waited for, then closed."""
+    thread = _driver_tq.pop("thread", None)
+    if thread is not None:
+        thread.join(wait_s)
     if not _driver_tq.pop("started", False):
         return
     try:
@@ -240,18 +246,41 @@ def stop_transfer_queue() -> None:
         log.warning("grpo-train: transfer queue close in the driver: %s", e)
 
 
-@dataclass(frozen=True)
+@dataclass
 class EarlyTaskRunner:
     """verl's `task_runner_class` argument: run_ppo only calls `.remote()` or `.options(...).remote()`.
 
-    The actor is created with `default_options` (and the options run_ppo adds), given `init_args`;
-    then `before_run` runs in the driver while the actor starts, and the handle goes back to run_ppo.
+    The actor is created with `default_options` (and the options run_ppo adds), given `init_args`, and
+    `on_created` runs (the driver starts TransferQueue beside it); then `before_run` runs in the driver
+    while the actor starts, and the handle goes back to run_ppo. `create` makes the actor before run_ppo
+    asks for it, once Ray is up (grpo_trainer.ray_start); run_ppo then gets that same actor.
     """
 
     actor_class: Any
     default_options: dict[str, Any]
     init_args: tuple[Any, ...] = ()
     before_run: Callable[[], None] = field(default=lambda: None)
+    on_created: Callable[[], None] = field(default=lambda: None)
+    handle: Any = field(default=None, compare=False)
+
+    def create(self, options: dict[str, Any] | None = None) -> Any:
+        """The actor: created on the first call, the same one after that."""
+        if self.handle is None:
+            self.handle = self.actor_class.options(**(options or self.default_options)).remote(*self.init_args)
+            self.on_created()
+        elif options is not None and options != self.default_options:
+            # ray_start refuses configs for which run_ppo adds options (the nsys profiler): never reached
+            raise RuntimeError(f"the TaskRunner was created before run_ppo asked for options {options}")
+        return self.handle
+
+    def discard(self) -> None:
+        """Removes the actor created early, so run_ppo creates a new one (grpo_trainer.ray_start)."""
+        if self.handle is not None:
+            import ray
+
+            with contextlib.suppress(Exception):  # Ray is shut down next: the actor goes with it anyway
+                ray.kill(self.handle)
+            self.handle = None
 
     def options(self, **options: Any) -> _Bound:
         return _Bound(self, {**self.default_options, **options})
@@ -266,6 +295,6 @@ class _Bound:
     options: dict[str, Any]
 
     def remote(self) -> Any:
-        handle = self.runner.actor_class.options(**self.options).remote(*self.runner.init_args)
+        handle = self.runner.create(self.options)
         self.runner.before_run()
         return handle

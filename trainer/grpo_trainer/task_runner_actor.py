@@ -1,7 +1,7 @@
-"""The TaskRunner actor class grpo-train starts: verl's TaskRunnerV1 whose constructor runs a Preload.
+"""The TaskRunner grpo-train runs: verl's TaskRunnerV1 whose constructor runs a Preload.
 
-A module of its own because it imports verl's main_ppo (torch, transformers) at import: only the
-driver's run path and the actor's process load it, never the config builder or --dry-run.
+A module of its own because it imports verl's main_ppo (torch, transformers) at import: only the TaskRunner
+actor's process loads it (grpo_trainer.task_runner_host builds it there), never the driver.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ EARLY_SERVERS_LINE = "grpo-train: rollout servers started early: "
 NO_EARLY_SERVERS_LINE = "grpo-train: rollout servers not started early: "
 
 
-class GrpoTaskRunner(TaskRunnerV1.__ray_actor_class__):  # verl's class, without its @ray.remote wrapper
+class GrpoTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # verl's class, without its @ray.remote wrapper
     def __init__(self, plan: Preload | None = None) -> None:
         super().__init__()
         self._warm_agent_workers = 0
@@ -80,5 +80,3 @@ def start_rollout_servers(plan: Preload) -> None:
     except Exception as e:
         print(f"{NO_EARLY_SERVERS_LINE}{e!r}", flush=True)
 
-
-GrpoTaskRunnerActor = ray.remote(GrpoTaskRunner)

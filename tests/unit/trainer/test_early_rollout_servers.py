@@ -209,7 +209,7 @@ def constructor(monkeypatch: pytest.MonkeyPatch) -> Any:
         ray, "nodes", lambda: [{"NodeID": "gpu-node", "Alive": True, "Resources": {"GPU": 1.0, "CPU": 8.0}}]
     )
     monkeypatch.delenv("GRPO_ROLE_RESOURCES", raising=False)
-    return SimpleNamespace(module=module, runner=task_runner_actor.GrpoTaskRunner)
+    return SimpleNamespace(module=module, runner=task_runner_actor.GrpoTaskRunnerV1)
 
 
 def _plan(early: EarlyServers | None, skipped: str = "") -> Preload:

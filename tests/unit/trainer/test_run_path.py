@@ -46,7 +46,7 @@ def _probe_run(self: Any, config: Any) -> None:
 
 @pytest.mark.slow
 def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
-    tmp_path: Path, tokenizer_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tokenizer_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import ray
     from ray import cloudpickle
@@ -102,6 +102,9 @@ def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
         ray.shutdown()
     assert code == 0
     assert seen_during_prep == [True]
+    out = capsys.readouterr().out
+    # Ray and the TaskRunner started before verl was imported, and verl agreed (grpo_trainer.ray_start)
+    assert "grpo-train: ray init kwargs: " in out and "given up" not in out
     report = json.loads((tmp_path / "ckpt" / "probe.json").read_text())
     assert report["role_resources"] == {
         "actor": "grpo.dev/actor",

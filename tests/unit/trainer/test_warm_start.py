@@ -56,13 +56,27 @@ def test_the_warm_balancer_is_planned_with_the_rollouts_full_determinism(verl_de
     assert preload_plan(cfg).full_determinism is True
 
 
+class _RecordedActor:
+    """Stands in for the Ray actor class: records its creation in the run's order of events."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+
+    def options(self, **options: Any) -> _RecordedActor:
+        return self
+
+    def remote(self, *args: Any) -> str:
+        self.calls.append("actor created")
+        return "handle"
+
+
 def _runner_and_calls(
     config: DictConfig, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[task_runner.EarlyTaskRunner, list[Any]]:
     calls: list[Any] = []
     monkeypatch.setattr(cli, "start_transfer_queue", lambda settings: calls.append(("tq", settings)))
     runner = cli.task_runner_class(config, lambda: calls.append("prepare data"))
-    return runner, calls
+    return dataclasses.replace(runner, actor_class=_RecordedActor(calls)), calls
 
 
 def test_by_default_the_driver_starts_transfer_queue_before_preparing_the_data(
@@ -72,8 +86,30 @@ def test_by_default_the_driver_starts_transfer_queue_before_preparing_the_data(
     runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
     (plan,) = runner.init_args
     assert plan.agent_loop_workers == 3 and plan.transfer_queue_in_driver
-    runner.before_run()
-    assert calls == [("tq", plan.transfer_queue), "prepare data"]
+    assert runner.remote() == "handle"
+    assert calls == ["actor created", ("tq", plan.transfer_queue), "prepare data"]
+
+
+def test_an_actor_created_early_is_the_one_run_ppo_gets_and_the_data_waits_for_run_ppo(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # grpo_trainer.ray_start creates the actor before verl is imported: TransferQueue starts beside it then,
+    # the data is prepared only when run_ppo asks for the actor, and no second actor is created
+    monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
+    runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
+    assert runner.create() == "handle"
+    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue)]
+    assert runner.remote() == "handle"
+    assert calls[2:] == ["prepare data"]
+
+
+def test_run_ppo_options_for_an_actor_created_early_are_an_error_not_ignored(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, _ = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
+    runner.create()
+    with pytest.raises(RuntimeError, match="nsight"):
+        runner.options(runtime_env={"nsight": {}}).remote()
 
 
 def test_the_kill_switch_turns_the_warm_path_off(verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,8 +119,8 @@ def test_the_kill_switch_turns_the_warm_path_off(verl_defaults: DictConfig, monk
     assert plan.agent_loop_workers == 0  # the constructor starts no workers: verl creates its own
     assert not plan.transfer_queue_in_driver
     assert plan.transfer_queue is not None  # the constructor still starts TransferQueue, as before
-    runner.before_run()
-    assert calls == ["prepare data"]  # the driver starts no TransferQueue
+    runner.remote()
+    assert calls == ["actor created", "prepare data"]  # the driver starts no TransferQueue
 
 
 # ------------------------------------------------------------------- TransferQueue from the driver
@@ -153,7 +189,8 @@ def test_a_driver_without_transfer_queue_still_prepares_the_data(
     monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
     prepared: list[bool] = []
     runner = cli.task_runner_class(_v1_config(verl_defaults), lambda: prepared.append(True))
-    runner.before_run()  # the real start_transfer_queue: it logs and returns
+    runner = dataclasses.replace(runner, actor_class=_RecordedActor([]))
+    runner.remote()  # the real start_transfer_queue: it logs and returns
     assert prepared == [True]
     assert start_transfer_queue({"enable": True}) is None
 
@@ -180,6 +217,8 @@ def test_the_driver_started_transfer_queue_is_stopped_even_when_the_run_fails(
     monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", failing_run)
     monkeypatch.setattr(worker_setup, "setup_worker", lambda: None)
     monkeypatch.setattr(cli, "task_runner_class", lambda config, before_run: None)
+    monkeypatch.setattr(cli.ray_start, "start", lambda config, runner, environ: None)
+    monkeypatch.setattr(cli, "validate_with_verl", lambda config: None)
     monkeypatch.setattr(cli, "stop_transfer_queue", lambda: stopped.append(True))
     with pytest.raises(RuntimeError, match="step 1 failed"):
         cli.run(SimpleNamespace(verl=None))  # type: ignore[arg-type]
@@ -214,7 +253,7 @@ def warm_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     monkeypatch.setattr(grpo_trainer, "agent_loop", module, raising=False)
     monkeypatch.setattr(task_runner_actor, "run_preload", lambda plan: {"imports": 1.0})
     # verl's own manager path, recorded instead of run
-    base = task_runner_actor.GrpoTaskRunner.__mro__[1]
+    base = task_runner_actor.GrpoTaskRunnerV1.__mro__[1]
     monkeypatch.setattr(base, "init_agent_loop_manager", lambda self: module.calls.append("verl's own manager"))
     return module
 
@@ -224,9 +263,9 @@ def _plan(workers: int) -> Preload:
 
 
 def _runner_with_trainer(plan: Preload) -> Any:
-    from grpo_trainer.task_runner_actor import GrpoTaskRunner
+    from grpo_trainer.task_runner_actor import GrpoTaskRunnerV1
 
-    runner = GrpoTaskRunner(plan)
+    runner = GrpoTaskRunnerV1(plan)
     runner.config = "the config"
     runner.trainer = SimpleNamespace(
         get_llm_client=lambda: "llm", get_teacher_client=lambda: "teacher", get_reward_handles=lambda: ["reward"]

@@ -1,6 +1,7 @@
 """The `length` reward: score = number of valid (non-padding) response tokens.
 
-verl 0.9.1 loads it through `reward.reward_manager.source=importlib` (see LENGTH_REWARD_MANAGER_KEYS);
+verl 0.9.1 loads it through `reward.reward_manager.source=importlib` (the keys are in
+grpo_trainer.reward.length_keys);
 the older `reward_model.reward_manager` key is silently ignored by 0.9.1's main_ppo, which is why the
 config builder refuses that key instead of passing it on.
 """
@@ -11,14 +12,6 @@ from typing import Any
 
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-
-# The verl keys that select this manager (module path in verl's `pkg://` form, so the class is imported
-# by name and is the very class defined here, not a copy loaded from a file).
-LENGTH_REWARD_MANAGER_KEYS: dict[str, str] = {
-    "reward.reward_manager.source": "importlib",
-    "reward.reward_manager.name": "LengthRewardManager",
-    "reward.reward_manager.module.path": "pkg://grpo_trainer.reward.length",
-}
 
 
 def valid_response_length(data_item: Any) -> int:

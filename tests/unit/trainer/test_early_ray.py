@@ -1,0 +1,247 @@
+"""Ray and the TaskRunner started before the driver imports verl (grpo_trainer.ray_start): the runtime_env
+grpo-train computes without torch is verl's own, the configs for which it cannot be are refused by name, and
+an early Ray that turns out different from verl's, or a config verl rejects, leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grpo_trainer import ray_start
+from grpo_trainer.errors import GrpoConfigError
+from grpo_trainer.task_runner import EarlyTaskRunner
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Computes ours in a fresh process before anything imports torch (as the driver does: the CLI's module and
+# verl's defaults composed), then verl's own.
+_COMPARE = """
+import json, sys
+import grpo_trainer.cli  # the driver's module: nothing heavy at import
+from grpo_trainer import ray_start
+from grpo_trainer.config import compose_verl_defaults
+from omegaconf import open_dict
+import os
+config = compose_verl_defaults()
+with open_dict(config):
+    config.trainer.use_v1 = True
+    config.transfer_queue.enable = bool(int(sys.argv[1]))
+    config.ray_kwargs.ray_init.num_cpus = 3
+heavy_before = sorted(m for m in ("torch", "verl", "transformers") if m in sys.modules)
+ours = ray_start.ray_init_kwargs(ray_start.ppo_runtime_env(os.environ), config)
+blockers = ray_start.early_start_blockers(config, os.environ, ray_start.installed_torch_version())
+verl = ray_start.verl_ray_init_kwargs(config)
+print(json.dumps({"heavy_before": heavy_before, "ours": ours, "verl": verl, "blockers": blockers}))
+"""
+
+
+def _compare(env: dict[str, str], transfer_queue: bool = True) -> dict[str, Any]:
+    unset = ("NCCL_DEBUG", "PYTHONHASHSEED", "TOKENIZERS_PARALLELISM")
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
+    environ |= {"PYTHONPATH": f"{ROOT / 'trainer'}:{ROOT / 'operator'}", **env}
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPARE, str(int(transfer_queue))],
+        env=environ, capture_output=True, text=True, check=True, timeout=300,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        # set in the driver's environment: verl leaves it out (the workers inherit it); forwarded ones kept
+        {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "7", "VERL_FULL_DETERMINISM": "0"},
+        # a Ray job submitted with a working_dir: verl then sets none
+        {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"working_dir": "/job"}})},
+    ],
+    ids=["plain", "driver-env-set", "job-working-dir"],
+)
+def test_the_runtime_env_computed_without_torch_is_verls(env: dict[str, str]) -> None:
+    seen = _compare(env)
+    assert seen["heavy_before"] == []  # nothing heavy imported to compute it: the point of starting early
+    assert seen["blockers"] == []
+    assert seen["ours"] == seen["verl"]
+
+
+def test_transfer_queue_flag_follows_the_config_as_in_verl() -> None:
+    seen = _compare({}, transfer_queue=False)
+    assert seen["ours"] == seen["verl"]
+    assert "TRANSFER_QUEUE_ENABLE" not in seen["ours"]["runtime_env"]["env_vars"]
+
+
+def test_ray_init_kwargs_is_what_run_ppo_passes_to_ray_init(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the merge itself checked against verl's run_ppo, stopped right after its ray.init
+    import verl.trainer.main_ppo as main_ppo
+
+    class Stop(Exception):
+        pass
+
+    passed: dict[str, Any] = {}
+
+    def init(**kwargs: Any) -> None:
+        passed.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(main_ppo.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(main_ppo.ray, "init", init)
+    cfg = verl_defaults.copy()
+    with open_dict(cfg):
+        cfg.transfer_queue.enable = True
+        cfg.ray_kwargs.ray_init.num_cpus = 5
+        cfg.ray_kwargs.ray_init.runtime_env.env_vars = {"MY_VAR": "1", "NCCL_DEBUG": "TRACE"}
+    with pytest.raises(Stop):
+        main_ppo.run_ppo(cfg, task_runner_class=None)
+    assert passed == ray_start.verl_ray_init_kwargs(cfg)
+    assert passed["runtime_env"]["env_vars"]["NCCL_DEBUG"] == "TRACE"  # the user's setting wins
+
+
+# ----------------------------------------------------------------- configs that start as before
+
+
+def _v1(verl_defaults: DictConfig) -> DictConfig:
+    cfg = verl_defaults.copy()
+    with open_dict(cfg):
+        cfg.trainer.use_v1 = True
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("actor_rollout_ref.actor.strategy", "megatron", "megatron"),
+        ("global_profiler.tool", "nsys", "global_profiler.tool=nsys"),
+        ("actor_rollout_ref.rollout.full_determinism", True, "full_determinism"),
+        ("trainer.logger", ["console", "rl_insight"], "rl_insight"),
+        ("trainer.use_v1", False, "trainer.use_v1"),
+    ],
+)
+def test_a_config_whose_ray_start_verl_must_compute_starts_as_before(
+    verl_defaults: DictConfig, key: str, value: Any, named: str
+) -> None:
+    cfg = _v1(verl_defaults)
+    OmegaConf.update(cfg, key, value, force_add=True)
+    (blocker,) = ray_start.early_start_blockers(cfg, {}, "2.11.0+cu130")
+    assert named in blocker
+
+
+def test_the_reward_models_determinism_counts_only_when_it_runs(verl_defaults: DictConfig) -> None:
+    cfg = _v1(verl_defaults)
+    OmegaConf.update(cfg, "reward.reward_model.rollout.full_determinism", True, force_add=True)
+    assert ray_start.early_start_blockers(cfg, {}, "2.11.0") == []
+    OmegaConf.update(cfg, "reward.reward_model.enable", True, force_add=True)
+    assert ray_start.early_start_blockers(cfg, {}, "2.11.0") != []
+
+
+@pytest.mark.parametrize(
+    ("environ", "torch_version", "named"),
+    [
+        ({"GRPO_EARLY_RAY": "0"}, "2.11.0", "GRPO_EARLY_RAY=0"),
+        ({"GRPO_WARM_START": "0"}, "2.11.0", "GRPO_WARM_START=0"),
+        ({"TLLM_DISABLE_NVLS_MNNVL": "1"}, "2.11.0", "GB200"),
+        ({}, "2.9.1+rocm6.4", "ROCm"),
+        ({}, None, "unknown"),
+    ],
+)
+def test_the_host_decides_too(verl_defaults: DictConfig, environ: dict[str, str], torch_version: str | None,
+                              named: str) -> None:
+    (blocker,) = ray_start.early_start_blockers(_v1(verl_defaults), environ, torch_version)
+    assert named in blocker
+
+
+# ----------------------------------------------------------------- giving an early Ray up
+
+
+class Probe:
+    def ping(self) -> str:
+        return "pong"
+
+
+@pytest.fixture(autouse=True)
+def _probe_by_value() -> None:
+    # Ray's workers cannot import this test module: the probe class travels by value
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.mark.slow
+def test_an_early_ray_unlike_verls_is_given_up_and_run_ppo_starts_its_own(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    cfg = _v1(verl_defaults)
+    with open_dict(cfg):
+        cfg.ray_kwargs.ray_init.num_cpus = 1
+        cfg.ray_kwargs.ray_init.include_dashboard = False
+    created: list[str] = []
+    runner = EarlyTaskRunner(ray.remote(num_cpus=0)(Probe), {}, on_created=lambda: created.append("tq"))
+    early = ray_start.start(cfg, runner, {})
+    try:
+        assert early is not None and ray.is_initialized()
+        first = runner.handle
+        assert ray.get(first.ping.remote()) == "pong"
+        assert "grpo-train: ray init kwargs: " in capsys.readouterr().out
+        # verl would have started Ray otherwise (a verl whose settings changed): nothing of the early start stays
+        monkeypatch.setattr(ray_start, "verl_ray_init_kwargs", lambda config: {**early.init_kwargs, "num_cpus": 2})
+        assert ray_start.confirm(early, cfg) is None
+        assert "given up" in capsys.readouterr().out
+        assert not ray.is_initialized()
+        assert runner.handle is None
+        # what run_ppo does next: its own Ray, and a new actor through the same runner
+        ray.init(num_cpus=1, include_dashboard=False)
+        assert ray.get(runner.remote().ping.remote()) == "pong"
+        assert created == ["tq", "tq"]
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+def test_a_config_verl_rejects_after_the_early_start_leaves_no_ray_behind(
+    tmp_path: Path, tokenizer_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+    from grpo_trainer import cli
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "w " * n}) + "\n" for n in (1, 2, 3)))
+    config = tmp_path / "verl.yaml"
+    config.write_text(
+        (Path(__file__).parent / "fixtures" / "reference-verl.yaml")
+        .read_text()
+        .replace("/models/Qwen2-7B-Instruct", str(tokenizer_model_dir))
+        .replace("/data/prompts/train.jsonl", str(data))
+        .replace("/checkpoints", str(tmp_path / "ckpt"))
+    )
+    (tmp_path / "ckpt").mkdir()
+    created: list[bool] = []
+    monkeypatch.setattr(
+        cli, "task_runner_class",
+        lambda _config, before_run: EarlyTaskRunner(
+            ray.remote(num_cpus=0)(Probe), {}, before_run=before_run, on_created=lambda: created.append(True)
+        ),
+    )
+
+    def rejects(config: Any) -> None:
+        raise GrpoConfigError("verl 0.9.1 rejects the config: data.train_batch_size must be positive")
+
+    monkeypatch.setattr(cli, "validate_with_verl", rejects)
+    try:
+        code = cli.main(["--config_path", str(config), "ray_kwargs.ray_init.num_cpus=1",
+                         "+ray_kwargs.ray_init.include_dashboard=false"])
+        out, err = capsys.readouterr()
+        assert code == 2, out
+        assert "data.train_batch_size must be positive" in err
+        assert created == [True]  # the actor had been created early ...
+        assert not ray.is_initialized()  # ... and went with the Ray grpo-train started
+    finally:
+        ray.shutdown()
