@@ -166,7 +166,10 @@ class Probe:
 
 
 @pytest.fixture(autouse=True)
-def _probe_by_value() -> None:
+def _own_local_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a Ray of this test's own: ray.init would otherwise join a cluster another test started with `ray start`
+    # (its address file outlives it), where num_cpus may not be given
+    monkeypatch.setenv("RAY_ADDRESS", "local")
     # Ray's workers cannot import this test module: the probe class travels by value
     from ray import cloudpickle
 

@@ -66,6 +66,7 @@ def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
     )
     (tmp_path / "ckpt").mkdir()
 
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # never a cluster another test started with `ray start`
     probe = type("ProbeTaskRunner", (), {"__init__": _probe_init, "run": _probe_run})
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     marker = tmp_path / "constructed"
