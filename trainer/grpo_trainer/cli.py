@@ -18,8 +18,13 @@ from omegaconf import OmegaConf
 from grpo_trainer import ray_start
 from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
-from grpo_trainer.ray_start import WARM_START_ENV
-from grpo_trainer.task_runner import EarlyTaskRunner, preload_plan, start_transfer_queue, stop_transfer_queue
+from grpo_trainer.task_runner import (
+    WARM_START_ENV,
+    EarlyTaskRunner,
+    preload_plan,
+    start_transfer_queue,
+    stop_transfer_queue,
+)
 
 log = logging.getLogger("grpo_trainer")
 
@@ -214,7 +219,7 @@ def validate_with_verl(config: Any) -> None:
         raise GrpoConfigError(f"verl 0.9.1 rejects the config: {e}") from e
 
 
-def validated_with_verl(config: Any) -> None:
+def validate_with_verl_timed(config: Any) -> None:
     """validate_with_verl, and the time it took (it imports verl: most of the driver's start-up)."""
     started = time.monotonic()
     validate_with_verl(config)
@@ -236,17 +241,18 @@ def run(built: BuiltConfig) -> None:
     runner = task_runner_class(built.verl, before_run)
     early = ray_start.start(built.verl, runner, os.environ)
     try:
-        validated_with_verl(built.verl)
+        validate_with_verl_timed(built.verl)
         early = ray_start.confirm(early, built.verl)
         from verl.trainer.main_ppo import run_ppo
 
         from grpo_trainer.worker_setup import setup_worker
-
+    except BaseException:
+        # a config verl rejects, verl failing to import: nothing of the run is left behind
+        ray_start.give_up(early)
+        raise
+    try:
         setup_worker()  # the driver creates no pools itself, but keeps the same code patched here too
         run_ppo(built.verl, task_runner_class=runner)
-    except GrpoConfigError:
-        ray_start.give_up(early)  # verl rejects the config: nothing of the run is left behind
-        raise
     finally:
         stop_transfer_queue()
 
@@ -273,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         built = build_config(args.config_path, args.overrides, strict=not args.dry_run)
         log.info("%sconfig built in %.1f s", PHASE_PREFIX, time.monotonic() - started)
         if args.dry_run:
-            validated_with_verl(built.verl)
+            validate_with_verl_timed(built.verl)
             sys.stdout.write(render_dry_run(built))
             return 0
         run(built)  # validates with verl once Ray and the TaskRunner are starting

@@ -11,7 +11,12 @@ The runtime_env is verl's `get_ppo_ray_runtime_env`, and computing it imports to
 reading of it for the configs where torch plays no part (`early_start_blockers` names the others, which start
 as before). Once the driver has imported verl, `confirm` computes verl's own; should the two differ, the early
 Ray is given up (actor removed, Ray shut down) and `run_ppo` starts Ray and the TaskRunner itself: slower,
-never different. GRPO_EARLY_RAY=0 (or GRPO_WARM_START=0): verl starts Ray after the driver's imports, as before.
+never different in its arguments. Ray is now imported before verl, so the one Ray setting verl's own
+`__init__` makes before anything imports Ray (RAY_ENABLE_UV_RUN_RUNTIME_ENV) is made here, the same way. A local
+Ray (the GPU bench; not a KubeRay cluster, whose pods have environments of their own) no longer inherits the
+variables importing verl sets in the driver (tensordict's LAZY_LEGACY_OP and the like): each worker that
+imports verl sets them itself, as on a cluster. GRPO_EARLY_RAY=0 (or GRPO_WARM_START=0): verl starts Ray after
+the driver's imports, as before.
 """
 
 from __future__ import annotations
@@ -19,16 +24,22 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner, stop_transfer_queue
+
+# verl/__init__.py sets this default before anything imports Ray (Ray reads it once, at import): under `uv run`,
+# Ray's uv hook would rewrite verl's working_dir=None and fail in ray.init. grpo-train imports Ray before verl
+# now, so the default is set here, where the driver's Ray path begins, exactly as verl sets it
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
 log = logging.getLogger(__name__)
 
 EARLY_RAY_ENV = "GRPO_EARLY_RAY"
-# "0": TransferQueue, the agent-loop workers, the rollout servers and Ray start when verl starts them
-WARM_START_ENV = "GRPO_WARM_START"
 # the bench's start-up breakdown finds "ray init kwargs:" (verl prints it when run_ppo starts Ray)
 STARTED_LINE = "grpo-train: ray init kwargs: "
 SKIPPED_LINE = "grpo-train: ray not started before verl's imports: "
@@ -137,10 +148,10 @@ class EarlyRay:
     """Ray, started by grpo-train with `init_kwargs`, and the TaskRunner created in it."""
 
     init_kwargs: dict[str, Any]
-    runner: Any  # grpo_trainer.task_runner.EarlyTaskRunner, its actor created
+    runner: EarlyTaskRunner  # its actor created
 
 
-def start(config: Any, runner: Any, environ: Mapping[str, str]) -> EarlyRay | None:
+def start(config: Any, runner: EarlyTaskRunner, environ: Mapping[str, str]) -> EarlyRay | None:
     """Starts Ray as run_ppo would and creates the runner's actor; None (and why, logged) where it cannot."""
     import ray
 
@@ -179,8 +190,6 @@ def give_up(early: EarlyRay | None) -> None:
     if early is None:
         return
     import ray
-
-    from grpo_trainer.task_runner import stop_transfer_queue
 
     early.runner.discard()
     stop_transfer_queue()

@@ -61,6 +61,9 @@ from grpo_trainer.early_servers import EarlyServers, plan_early_servers
 
 log = logging.getLogger(__name__)
 
+# "0": TransferQueue, the agent-loop workers, the rollout servers and Ray (grpo_trainer.ray_start) start when verl
+# starts them
+WARM_START_ENV = "GRPO_WARM_START"
 PREPARED_LINE = "grpo-train: task runner prepared: "
 
 
@@ -236,6 +239,8 @@ def stop_transfer_queue(wait_s: float = 300.0) -> None:
     thread = _driver_tq.pop("thread", None)
     if thread is not None:
         thread.join(wait_s)
+        if thread.is_alive():  # its processes go with Ray when the driver ends
+            log.warning("grpo-train: transfer queue still starting in the driver after %.0f s; not closed", wait_s)
     if not _driver_tq.pop("started", False):
         return
     try:

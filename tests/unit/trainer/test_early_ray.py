@@ -19,34 +19,47 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# Computes ours in a fresh process before anything imports torch (as the driver does: the CLI's module and
-# verl's defaults composed), then verl's own.
+# The driver's steps before ray.init, in a fresh process as in a pod (the CLI's module, the config built from a
+# user's file, the TaskRunner's class): nothing heavy imported by then, Ray's uv hook off as verl would have it;
+# then ours against verl's own.
 _COMPARE = """
-import json, sys
-import grpo_trainer.cli  # the driver's module: nothing heavy at import
-from grpo_trainer import ray_start
-from grpo_trainer.config import compose_verl_defaults
-from omegaconf import open_dict
-import os
-config = compose_verl_defaults()
-with open_dict(config):
-    config.trainer.use_v1 = True
-    config.transfer_queue.enable = bool(int(sys.argv[1]))
-    config.ray_kwargs.ray_init.num_cpus = 3
-heavy_before = sorted(m for m in ("torch", "verl", "transformers") if m in sys.modules)
-ours = ray_start.ray_init_kwargs(ray_start.ppo_runtime_env(os.environ), config)
-blockers = ray_start.early_start_blockers(config, os.environ, ray_start.installed_torch_version())
-verl = ray_start.verl_ray_init_kwargs(config)
-print(json.dumps({"heavy_before": heavy_before, "ours": ours, "verl": verl, "blockers": blockers}))
+import json, os, sys
+from grpo_trainer import cli, ray_start
+from grpo_trainer.config import build_config
+built = build_config(sys.argv[2], ["trainer.use_v1=true", "transfer_queue.enable=" + sys.argv[1],
+                                   "ray_kwargs.ray_init.num_cpus=3"])
+cli.task_runner_class(built.verl)
+heavy_before = sorted(m for m in ("torch", "verl", "transformers", "tensordict") if m in sys.modules)
+import ray._private.ray_constants as ray_constants
+ours = ray_start.ray_init_kwargs(ray_start.ppo_runtime_env(os.environ), built.verl)
+blockers = ray_start.early_start_blockers(built.verl, os.environ, ray_start.installed_torch_version())
+verl = ray_start.verl_ray_init_kwargs(built.verl)
+print(json.dumps({"heavy_before": heavy_before, "ours": ours, "verl": verl, "blockers": blockers,
+                  "uv_hook": ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV}))
 """
 
 
-def _compare(env: dict[str, str], transfer_queue: bool = True) -> dict[str, Any]:
-    unset = ("NCCL_DEBUG", "PYTHONHASHSEED", "TOKENIZERS_PARALLELISM")
+@pytest.fixture()
+def user_config(tmp_path: Path) -> Path:
+    """The reference job's verl config, its model a directory with a config.json."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 3072}))
+    config = tmp_path / "verl.yaml"
+    config.write_text(
+        (Path(__file__).parent / "fixtures" / "reference-verl.yaml").read_text()
+        .replace("/models/Qwen2-7B-Instruct", str(model))
+        .replace("/checkpoints", str(tmp_path / "ckpt"))
+    )
+    return config
+
+
+def _compare(config: Path, env: dict[str, str], transfer_queue: bool = True) -> dict[str, Any]:
+    unset = ("NCCL_DEBUG", "PYTHONHASHSEED", "TOKENIZERS_PARALLELISM", "RAY_ENABLE_UV_RUN_RUNTIME_ENV")
     environ = {k: v for k, v in os.environ.items() if k not in unset}
     environ |= {"PYTHONPATH": f"{ROOT / 'trainer'}:{ROOT / 'operator'}", **env}
     out = subprocess.run(
-        [sys.executable, "-c", _COMPARE, str(int(transfer_queue))],
+        [sys.executable, "-c", _COMPARE, str(transfer_queue).lower(), str(config)],
         env=environ, capture_output=True, text=True, check=True, timeout=300,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -63,15 +76,16 @@ def _compare(env: dict[str, str], transfer_queue: bool = True) -> dict[str, Any]
     ],
     ids=["plain", "driver-env-set", "job-working-dir"],
 )
-def test_the_runtime_env_computed_without_torch_is_verls(env: dict[str, str]) -> None:
-    seen = _compare(env)
+def test_the_runtime_env_computed_without_torch_is_verls(user_config: Path, env: dict[str, str]) -> None:
+    seen = _compare(user_config, env)
     assert seen["heavy_before"] == []  # nothing heavy imported to compute it: the point of starting early
+    assert seen["uv_hook"] is False  # as verl's __init__ sets it, although Ray was imported first
     assert seen["blockers"] == []
     assert seen["ours"] == seen["verl"]
 
 
-def test_transfer_queue_flag_follows_the_config_as_in_verl() -> None:
-    seen = _compare({}, transfer_queue=False)
+def test_transfer_queue_flag_follows_the_config_as_in_verl(user_config: Path) -> None:
+    seen = _compare(user_config, {}, transfer_queue=False)
     assert seen["ours"] == seen["verl"]
     assert "TRANSFER_QUEUE_ENABLE" not in seen["ours"]["runtime_env"]["env_vars"]
 
@@ -176,6 +190,30 @@ def _own_local_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+class _Created:
+    """Stands in for the Ray actor class: .options(...).remote(...) gives a handle."""
+
+    def options(self, **options: Any) -> _Created:
+        return self
+
+    def remote(self, *args: Any) -> str:
+        return "handle"
+
+
+def test_an_actor_given_up_is_killed_not_only_disconnected(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on a KubeRay cluster ray.shutdown() only disconnects the driver: the TaskRunner must be removed itself
+    import ray
+
+    killed: list[Any] = []
+    monkeypatch.setattr(ray, "kill", killed.append)
+    runner = EarlyTaskRunner(_Created(), {})
+    runner.create()
+    runner.discard()
+    runner.discard()
+    assert killed == ["handle"]
+    assert runner.handle is None
+
+
 @pytest.mark.slow
 def test_an_early_ray_unlike_verls_is_given_up_and_run_ppo_starts_its_own(
     verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -209,8 +247,17 @@ def test_an_early_ray_unlike_verls_is_given_up_and_run_ppo_starts_its_own(
 
 
 @pytest.mark.slow
-def test_a_config_verl_rejects_after_the_early_start_leaves_no_ray_behind(
-    tmp_path: Path, tokenizer_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "failure",
+    [
+        GrpoConfigError("verl 0.9.1 rejects the config: data.train_batch_size must be positive"),
+        ImportError("verl failed to import: libcudart.so.13 not found"),
+    ],
+    ids=["verl-rejects-the-config", "verl-fails-to-import"],
+)
+def test_a_failure_after_the_early_start_leaves_no_ray_behind(
+    tmp_path: Path, tokenizer_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    failure: Exception,
 ) -> None:
     import ray
     from grpo_trainer import cli
@@ -234,16 +281,19 @@ def test_a_config_verl_rejects_after_the_early_start_leaves_no_ray_behind(
         ),
     )
 
-    def rejects(config: Any) -> None:
-        raise GrpoConfigError("verl 0.9.1 rejects the config: data.train_batch_size must be positive")
+    def fails(config: Any) -> None:
+        raise failure
 
-    monkeypatch.setattr(cli, "validate_with_verl", rejects)
+    monkeypatch.setattr(cli, "validate_with_verl", fails)
+    argv = ["--config_path", str(config), "ray_kwargs.ray_init.num_cpus=1",
+            "+ray_kwargs.ray_init.include_dashboard=false"]
     try:
-        code = cli.main(["--config_path", str(config), "ray_kwargs.ray_init.num_cpus=1",
-                         "+ray_kwargs.ray_init.include_dashboard=false"])
-        out, err = capsys.readouterr()
-        assert code == 2, out
-        assert "data.train_batch_size must be positive" in err
+        if isinstance(failure, GrpoConfigError):
+            assert cli.main(argv) == 2  # the user's error, named
+            assert "data.train_batch_size must be positive" in capsys.readouterr().err
+        else:
+            with pytest.raises(ImportError, match="libcudart"):
+                cli.main(argv)
         assert created == [True]  # the actor had been created early ...
         assert not ray.is_initialized()  # ... and went with the Ray grpo-train started
     finally:

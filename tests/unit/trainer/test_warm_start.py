@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import logging
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -163,6 +164,27 @@ def test_the_driver_starts_transfer_queue_in_a_thread_and_stops_it_after_the_run
     assert tq.inits == [{"enable": True, "controller": {"x": 1}}]
     stop_transfer_queue()
     stop_transfer_queue()  # the run's `finally` and any second caller: closed once
+    assert tq.closes == 1
+
+
+def test_stopping_waits_for_a_start_still_under_way_then_closes_it(
+    driver_tq: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an early Ray given up (grpo_trainer.ray_start) stops TransferQueue while the driver's thread still starts it
+    tq = _FakeTransferQueue()
+    started = tq.init
+    release = threading.Event()
+
+    def slow_init(conf: Any) -> None:
+        release.wait(10)
+        started(conf)
+
+    tq.init = slow_init  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
+    start_transfer_queue({"enable": True})
+    threading.Timer(0.3, release.set).start()
+    stop_transfer_queue()
+    assert tq.inits == [{"enable": True}]
     assert tq.closes == 1
 
 
