@@ -256,23 +256,11 @@ def test_an_early_ray_unlike_verls_is_given_up_and_run_ppo_starts_its_own(
     ids=["verl-rejects-the-config", "verl-fails-to-import"],
 )
 def test_a_failure_after_the_early_start_leaves_no_ray_behind(
-    tmp_path: Path, tokenizer_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    failure: Exception,
+    user_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], failure: Exception
 ) -> None:
     import ray
     from grpo_trainer import cli
 
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "w " * n}) + "\n" for n in (1, 2, 3)))
-    config = tmp_path / "verl.yaml"
-    config.write_text(
-        (Path(__file__).parent / "fixtures" / "reference-verl.yaml")
-        .read_text()
-        .replace("/models/Qwen2-7B-Instruct", str(tokenizer_model_dir))
-        .replace("/data/prompts/train.jsonl", str(data))
-        .replace("/checkpoints", str(tmp_path / "ckpt"))
-    )
-    (tmp_path / "ckpt").mkdir()
     created: list[bool] = []
     monkeypatch.setattr(
         cli, "task_runner_class",
@@ -285,7 +273,7 @@ def test_a_failure_after_the_early_start_leaves_no_ray_behind(
         raise failure
 
     monkeypatch.setattr(cli, "validate_with_verl", fails)
-    argv = ["--config_path", str(config), "ray_kwargs.ray_init.num_cpus=1",
+    argv = ["--config_path", str(user_config), "ray_kwargs.ray_init.num_cpus=1",
             "+ray_kwargs.ray_init.include_dashboard=false"]
     try:
         if isinstance(failure, GrpoConfigError):
