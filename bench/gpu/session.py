@@ -179,6 +179,7 @@ VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
     "ours_cold": (("GRPO_WARM_START", "0"),),  # none of the warm start either
     "ours_late_servers": (("GRPO_EARLY_ROLLOUT_SERVERS", "0"),),  # verl creates the vLLM servers after the model load
     "ours_late_ray": (("GRPO_EARLY_RAY", "0"),),  # verl starts Ray after the driver has imported it
+    "ours_tq_two_rounds": (("GRPO_TQ_ONE_ROUND", "0"),),  # TransferQueue's own init: controller, then units
 }
 
 

@@ -18,13 +18,8 @@ from omegaconf import OmegaConf
 from grpo_trainer import ray_start
 from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
-from grpo_trainer.task_runner import (
-    WARM_START_ENV,
-    EarlyTaskRunner,
-    preload_plan,
-    start_transfer_queue,
-    stop_transfer_queue,
-)
+from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner, preload_plan
+from grpo_trainer.transfer_queue_start import ONE_ROUND_ENV, start_transfer_queue, stop_transfer_queue
 
 log = logging.getLogger("grpo_trainer")
 
@@ -184,7 +179,7 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
         plan = preload_plan(config)
         if os.environ.get(WARM_START_ENV, "1") == "0":  # verl's own start-up order (grpo_trainer.task_runner)
             plan = dataclasses.replace(
-                plan, transfer_queue_in_driver=False, agent_loop_workers=0, early_servers=None,
+                plan, transfer_queue_early=False, agent_loop_workers=0, early_servers=None,
                 early_servers_skipped=f"{WARM_START_ENV}=0",
             )
         if os.environ.get(WARM_SERVER_IMPORT_ENV, "1") == "0":
@@ -193,9 +188,11 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
             plan = dataclasses.replace(plan, early_servers=None, early_servers_skipped=f"{EARLY_ROLLOUT_SERVERS_ENV}=0")
 
         def start_transfer_queue_beside() -> None:
-            # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.task_runner)
-            if plan.transfer_queue is not None and plan.transfer_queue_in_driver:
-                start_transfer_queue(plan.transfer_queue)
+            # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.transfer_queue_start),
+            # from the head node, as they did from the driver; its starter only waits, so it takes no CPU
+            if plan.transfer_queue is not None and plan.transfer_queue_early:
+                one_round = os.environ.get(ONE_ROUND_ENV, "1") != "0"
+                start_transfer_queue(plan.transfer_queue, {**options, "num_cpus": 0}, one_round)
 
         return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), before_run, start_transfer_queue_beside)
     from verl.trainer.main_ppo_v0 import TaskRunner

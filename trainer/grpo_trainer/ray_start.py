@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner, stop_transfer_queue
+from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner
+from grpo_trainer.transfer_queue_start import stop_transfer_queue
 
 # verl/__init__.py sets this default before anything imports Ray (Ray reads it once, at import): under `uv run`,
 # Ray's uv hook would rewrite verl's working_dir=None and fail in ray.init. grpo-train imports Ray before verl
@@ -186,7 +187,7 @@ def confirm(early: EarlyRay | None, config: Any) -> EarlyRay | None:
 
 
 def give_up(early: EarlyRay | None) -> None:
-    """Removes what the early start created: the TaskRunner, the TransferQueue the driver started, Ray."""
+    """Removes what the early start created: the TaskRunner, the TransferQueue started beside it, Ray."""
     if early is None:
         return
     import ray

@@ -16,19 +16,19 @@ would do first, so the two overlap:
 
 - imports the trainer class for `trainer.v1.trainer_mode`, its agent loop and TransferQueue;
 - imports the rollout replica class of `actor_rollout_ref.rollout.name` (vLLM's server module);
-- starts TransferQueue with the job's `transfer_queue` settings, exactly as `run` would. `run` then
-  calls `transfer_queue.init` again, which finds the controller and only connects to it.
+- starts TransferQueue with the job's `transfer_queue` settings, exactly as `run` would, or joins the one
+  started beside it; last, after the early starts below, which do not need it. `run` then calls
+  `transfer_queue.init` again, which finds the controller and only connects to it.
 
 `run` itself is verl's, unchanged. A failure in the constructor (a broken import, TransferQueue not
 starting) is the error `run` would have raised, reported before the data is read a second time.
 
 Two more start-up processes are started earlier than verl starts them (bench/gpu/RESULTS.md, issue 17.3):
 
-- TransferQueue: `start_transfer_queue` runs `transfer_queue.init` in a thread of the driver right after
-  the TaskRunner actor is created, so its controller and storage units (two rounds of processes that
-  each import torch, 17-20 s on the H200 machine) start while the TaskRunner's own process starts. The
+- TransferQueue: an actor of the driver's starts its controller and storage units right after the TaskRunner
+  actor is created, while the TaskRunner's own process starts (grpo_trainer.transfer_queue_start). The
   constructor's `transfer_queue.init` then finds the controller and connects, as verl's `run` does; if
-  the driver could not start it, the constructor starts it itself, as before.
+  it was not started early, the constructor starts it itself, as before.
 - verl's agent-loop workers and their request load balancer (grpo_trainer.agent_loop): their processes
   start at the end of the constructor and get verl's constructor arguments (the balancer: the rollout
   servers) once the rollout servers are up.
@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,7 +76,7 @@ class Preload:
     transfer_queue: dict[str, Any] | None  # transfer_queue.init(...) settings; None: not started early
     agent_loop_workers: int = 0  # verl's agent-loop workers to start early (grpo_trainer.agent_loop); 0: none
     full_determinism: bool = False  # actor_rollout_ref.rollout.full_determinism, for the early load balancer
-    transfer_queue_in_driver: bool = True  # the driver starts TransferQueue (start_transfer_queue) first
+    transfer_queue_early: bool = True  # started beside the TaskRunner (grpo_trainer.transfer_queue_start)
     warm_server_import: bool = True  # the warm load balancer imports the rollout server's module early
     early_servers: EarlyServers | None = None  # vLLM rollout servers started early (grpo_trainer.rollout_server)
     early_servers_skipped: str = ""  # why none are, when early_servers is None
@@ -135,9 +134,7 @@ def _plan_early_servers(cfg: Any) -> tuple[EarlyServers | None, str]:
 
 
 def run_preload(plan: Preload) -> dict[str, float]:
-    """Do the plan in this process; returns seconds per part (logged, and read by the GPU bench)."""
-    from omegaconf import OmegaConf
-
+    """The plan's imports in this process; returns seconds per part (logged, and read by the GPU bench)."""
     took: dict[str, float] = {}
     start = time.monotonic()
     for name in plan.modules:
@@ -153,13 +150,21 @@ def run_preload(plan: Preload) -> dict[str, float]:
 
         get_rollout_replica_class(plan.rollout_engine)
         took["rollout engine import"] = time.monotonic() - start
-    if plan.transfer_queue is not None:
-        start = time.monotonic()
-        import transfer_queue as tq
-
-        tq.init(OmegaConf.create(plan.transfer_queue))
-        took["transfer queue"] = time.monotonic() - start
     return took
+
+
+def join_transfer_queue(plan: Preload) -> dict[str, float]:
+    """`transfer_queue.init` with the plan's settings, as verl's `run` calls it: joins the TransferQueue started
+    beside the TaskRunner (waiting for it if it is still starting), or starts it; returns the seconds it took."""
+    if plan.transfer_queue is None:
+        return {}
+    from omegaconf import OmegaConf
+
+    start = time.monotonic()
+    import transfer_queue as tq
+
+    tq.init(OmegaConf.create(plan.transfer_queue))
+    return {"transfer queue": time.monotonic() - start}
 
 
 def balancer_imports(plan: Preload, server_module: str | None) -> tuple[str, ...]:
@@ -192,71 +197,12 @@ def import_in_actor(_actor: Any, names: tuple[str, ...]) -> float:
     return time.monotonic() - started
 
 
-DRIVER_TQ_LINE = "grpo-train: transfer queue started in the driver in "
-_driver_tq: dict[str, Any] = {}
-
-
-def start_transfer_queue(settings: dict[str, Any]) -> threading.Thread | None:
-    """`transfer_queue.init(settings)` in a thread of the driver, while the TaskRunner's process starts.
-
-    The TaskRunner's constructor (run_preload) calls `transfer_queue.init` too: it finds the controller
-    started here and waits for its config (stored once the storage units are up), exactly as verl's `run`
-    connects to the constructor's. A failure here is logged and the controller removed again, so the
-    constructor does not wait on it: it then starts TransferQueue itself, or fails as `run` would."""
-    try:
-        import ray
-
-        if ray.util.client.ray.is_connected():  # a Ray Client driver is outside the cluster's network
-            return None
-        import transfer_queue as tq  # in the calling thread: no import runs in two threads at once
-        from omegaconf import OmegaConf
-    except Exception as e:  # the TaskRunner starts it, as before
-        log.warning("grpo-train: transfer queue not started in the driver (%s); the task runner starts it", e)
-        return None
-
-    def init() -> None:
-        started = time.monotonic()
-        try:
-            tq.init(OmegaConf.create(settings))
-        except Exception:
-            log.exception("grpo-train: transfer queue did not start in the driver; the task runner retries")
-            with contextlib.suppress(Exception):
-                tq.close()
-            return
-        _driver_tq["started"] = True
-        log.info("%s%.1f s, while the task runner starts", DRIVER_TQ_LINE, time.monotonic() - started)
-
-    thread = threading.Thread(target=init, name="grpo-transfer-queue", daemon=True)
-    thread.start()
-    _driver_tq["thread"] = thread
-    return thread
-
-
-def stop_transfer_queue(wait_s: float = 300.0) -> None:
-    """After the run: shut down the storage units the driver started (the TaskRunner's `transfer_queue.close`
-    removes the controller and its own client, not storage it did not start). A start still under way (a run
-    that ended first, or an early Ray given up, grpo_trainer.ray_start) is waited for, then closed."""
-    thread = _driver_tq.pop("thread", None)
-    if thread is not None:
-        thread.join(wait_s)
-        if thread.is_alive():  # its processes go with Ray when the driver ends
-            log.warning("grpo-train: transfer queue still starting in the driver after %.0f s; not closed", wait_s)
-    if not _driver_tq.pop("started", False):
-        return
-    try:
-        import transfer_queue as tq
-
-        tq.close()
-    except Exception as e:  # the job is over: Ray removes the driver's actors at exit
-        log.warning("grpo-train: transfer queue close in the driver: %s", e)
-
-
 @dataclass
 class EarlyTaskRunner:
     """verl's `task_runner_class` argument: run_ppo only calls `.remote()` or `.options(...).remote()`.
 
     The actor is created with `default_options` (and the options run_ppo adds), given `init_args`, and
-    `on_created` runs (the driver starts TransferQueue beside it); then `before_run` runs in the driver
+    `on_created` runs (TransferQueue is started beside it); then `before_run` runs in the driver
     while the actor starts, and the handle goes back to run_ppo. `create` makes the actor before run_ppo
     asks for it, once Ray is up (grpo_trainer.ray_start); run_ppo then gets that same actor.
     """

@@ -13,7 +13,14 @@ import ray
 from verl.trainer.main_ppo import TaskRunnerV1
 
 from grpo_trainer.early_servers import actor_node
-from grpo_trainer.task_runner import PREPARED_LINE, Preload, balancer_imports, rollout_server_module, run_preload
+from grpo_trainer.task_runner import (
+    PREPARED_LINE,
+    Preload,
+    balancer_imports,
+    join_transfer_queue,
+    rollout_server_module,
+    run_preload,
+)
 from grpo_trainer.worker_setup import role_resources_from_env
 
 EARLY_SERVERS_LINE = "grpo-train: rollout servers started early: "
@@ -38,6 +45,8 @@ class GrpoTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # verl's class, witho
                     self._warm_agent_workers = agent_loop.prestart(plan.agent_loop_workers)
                 except Exception as e:
                     print(f"grpo-train: agent loop workers not started early: {e!r}", flush=True)
+            # last: the processes above need none of it, and it may still be starting beside us
+            took.update(join_transfer_queue(plan))
             # one line a user (and the GPU bench's start-up breakdown) can read
             print(PREPARED_LINE + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in took.items()), flush=True)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from grpo_trainer.task_runner import EarlyTaskRunner, Preload, preload_plan
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -37,18 +35,18 @@ def test_options_run_ppo_adds_are_merged_over_ours() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("transfer_queue") is None, reason="transfer_queue is not installed")
-def test_preload_starts_transfer_queue_and_verl_run_then_only_connects(verl_defaults: DictConfig) -> None:
-    """In a real Ray worker: the preload's TransferQueue is the one verl's run() finds (the trainer image
-    has transfer_queue; the CPU CI venv does not)."""
+def test_preload_starts_transfer_queue_and_verl_run_then_only_connects(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a real Ray worker: the preload's TransferQueue is the one verl's run() finds."""
     import ray
 
     @ray.remote(num_cpus=0)
     def preload_then_init_again(plan: Preload) -> tuple[list[str], bool]:
         import transfer_queue as tq
-        from grpo_trainer.task_runner import run_preload
+        from grpo_trainer.task_runner import join_transfer_queue, run_preload
 
-        took = run_preload(plan)
+        took = {**run_preload(plan), **join_transfer_queue(plan)}
         controller = tq.interface._TQ_CONTROLLER
         tq.init(OmegaConf.create(plan.transfer_queue))  # what TaskRunnerV1.run does next
         same = controller == tq.interface._TQ_CONTROLLER
@@ -59,6 +57,7 @@ def test_preload_starts_transfer_queue_and_verl_run_then_only_connects(verl_defa
     plan = preload_plan(cfg)
     plan = Preload(plan.modules, plan.trainer_mode, None, plan.transfer_queue)  # no vLLM on a CPU machine
     # TransferQueue holds one CPU per actor for its life: the controller and 8 storage units by default
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # never a cluster another test started with `ray start`
     ray.init(num_cpus=16, include_dashboard=False)
     try:
         parts, same = ray.get(preload_then_init_again.remote(plan), timeout=300)

@@ -1,19 +1,18 @@
-"""The start-up cuts: TransferQueue started from the driver (grpo_trainer.task_runner, cli) and verl's
-agent-loop workers and load balancer started in the TaskRunner's constructor (grpo_trainer.agent_loop,
-task_runner_actor), each with its kill switch and its fallback to verl's own start-up.
+"""The start-up cuts: TransferQueue started beside the TaskRunner (cli; its starter is proved on a real Ray in
+test_transfer_queue_start.py) and verl's agent-loop workers and load balancer started in the TaskRunner's
+constructor (grpo_trainer.agent_loop, task_runner_actor), each with its kill switch and its fallback to verl's
+own start-up.
 
-No Ray cluster: Ray's calls are replaced by recorders. grpo_trainer.agent_loop imports verl modules this
-CPU venv cannot load (transfer_queue, cachetools, uvicorn are trainer-image only), so its tests import it
-over small fakes of the three verl classes it wraps; what they prove is our logic around verl's calls."""
+No Ray cluster: Ray's calls are replaced by recorders, and grpo_trainer.agent_loop is imported over small
+fakes of the three verl classes it wraps (the real ones need rollout servers); what they prove is our logic
+around verl's calls."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import importlib
-import logging
 import sys
-import threading
 import types
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -21,8 +20,8 @@ from typing import Any
 
 import pytest
 from grpo_trainer import cli, task_runner
-from grpo_trainer.task_runner import Preload, preload_plan, start_transfer_queue, stop_transfer_queue
-from omegaconf import DictConfig, OmegaConf, open_dict
+from grpo_trainer.task_runner import Preload, preload_plan
+from omegaconf import DictConfig, open_dict
 
 
 def _v1_config(verl_defaults: DictConfig, num_workers: int = 3) -> DictConfig:
@@ -75,20 +74,30 @@ def _runner_and_calls(
     config: DictConfig, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[task_runner.EarlyTaskRunner, list[Any]]:
     calls: list[Any] = []
-    monkeypatch.setattr(cli, "start_transfer_queue", lambda settings: calls.append(("tq", settings)))
+    monkeypatch.setattr(
+        cli, "start_transfer_queue", lambda settings, options, one_round: calls.append(("tq", settings, one_round))
+    )
     runner = cli.task_runner_class(config, lambda: calls.append("prepare data"))
     return dataclasses.replace(runner, actor_class=_RecordedActor(calls)), calls
 
 
-def test_by_default_the_driver_starts_transfer_queue_before_preparing_the_data(
+def test_by_default_transfer_queue_starts_beside_the_task_runner_before_the_data_is_prepared(
     verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
+    monkeypatch.delenv(cli.ONE_ROUND_ENV, raising=False)
     runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
     (plan,) = runner.init_args
-    assert plan.agent_loop_workers == 3 and plan.transfer_queue_in_driver
+    assert plan.agent_loop_workers == 3 and plan.transfer_queue_early
     assert runner.remote() == "handle"
-    assert calls == ["actor created", ("tq", plan.transfer_queue), "prepare data"]
+    assert calls == ["actor created", ("tq", plan.transfer_queue, True), "prepare data"]
+
+
+def test_one_round_off_is_passed_to_the_starter(verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.ONE_ROUND_ENV, "0")
+    runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
+    runner.create()
+    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue, False)]
 
 
 def test_an_actor_created_early_is_the_one_run_ppo_gets_and_the_data_waits_for_run_ppo(
@@ -97,9 +106,10 @@ def test_an_actor_created_early_is_the_one_run_ppo_gets_and_the_data_waits_for_r
     # grpo_trainer.ray_start creates the actor before verl is imported: TransferQueue starts beside it then,
     # the data is prepared only when run_ppo asks for the actor, and no second actor is created
     monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
+    monkeypatch.delenv(cli.ONE_ROUND_ENV, raising=False)
     runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
     assert runner.create() == "handle"
-    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue)]
+    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue, True)]
     assert runner.remote() == "handle"
     assert calls[2:] == ["prepare data"]
 
@@ -118,115 +128,16 @@ def test_the_kill_switch_turns_the_warm_path_off(verl_defaults: DictConfig, monk
     runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
     (plan,) = runner.init_args
     assert plan.agent_loop_workers == 0  # the constructor starts no workers: verl creates its own
-    assert not plan.transfer_queue_in_driver
+    assert not plan.transfer_queue_early
     assert plan.transfer_queue is not None  # the constructor still starts TransferQueue, as before
     runner.remote()
-    assert calls == ["actor created", "prepare data"]  # the driver starts no TransferQueue
+    assert calls == ["actor created", "prepare data"]  # no TransferQueue started beside it
 
 
-# ------------------------------------------------------------------- TransferQueue from the driver
+# ------------------------------------------------------------------- TransferQueue beside the TaskRunner
 
 
-class _FakeTransferQueue(types.ModuleType):
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__("transfer_queue")
-        self.fail = fail
-        self.inits: list[Any] = []
-        self.closes = 0
-
-    def init(self, conf: Any) -> None:
-        self.inits.append(OmegaConf.to_container(conf))
-        if self.fail:
-            raise RuntimeError("storage unit did not start")
-
-    def close(self) -> None:
-        self.closes += 1
-
-
-@pytest.fixture()
-def driver_tq(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A fresh driver state and a driver that is no Ray Client."""
-    import ray.util.client
-
-    monkeypatch.setattr(task_runner, "_driver_tq", {})
-    monkeypatch.setattr(ray.util.client.ray, "is_connected", lambda: False)
-    return ray.util.client.ray
-
-
-def test_the_driver_starts_transfer_queue_in_a_thread_and_stops_it_after_the_run(
-    driver_tq: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tq = _FakeTransferQueue()
-    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
-    thread = start_transfer_queue({"enable": True, "controller": {"x": 1}})
-    assert thread is not None
-    thread.join(timeout=10)
-    assert tq.inits == [{"enable": True, "controller": {"x": 1}}]
-    stop_transfer_queue()
-    stop_transfer_queue()  # the run's `finally` and any second caller: closed once
-    assert tq.closes == 1
-
-
-def test_stopping_waits_for_a_start_still_under_way_then_closes_it(
-    driver_tq: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # an early Ray given up (grpo_trainer.ray_start) stops TransferQueue while the driver's thread still starts it
-    tq = _FakeTransferQueue()
-    started = tq.init
-    release = threading.Event()
-
-    def slow_init(conf: Any) -> None:
-        release.wait(10)
-        started(conf)
-
-    tq.init = slow_init  # type: ignore[method-assign]
-    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
-    start_transfer_queue({"enable": True})
-    threading.Timer(0.3, release.set).start()
-    stop_transfer_queue()
-    assert tq.inits == [{"enable": True}]
-    assert tq.closes == 1
-
-
-def test_a_failed_driver_start_removes_its_controller_and_is_not_closed_again(
-    driver_tq: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    # the constructor must not wait on a half-started controller: it starts TransferQueue itself then
-    tq = _FakeTransferQueue(fail=True)
-    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
-    with caplog.at_level(logging.ERROR, logger="grpo_trainer"):
-        thread = start_transfer_queue({"enable": True})
-        assert thread is not None
-        thread.join(timeout=10)
-    assert tq.closes == 1
-    assert "the task runner retries" in caplog.text
-    stop_transfer_queue()
-    assert tq.closes == 1
-
-
-def test_a_driver_without_transfer_queue_still_prepares_the_data(
-    driver_tq: Any, verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "transfer_queue", None)  # import fails, installed or not
-    monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
-    prepared: list[bool] = []
-    runner = cli.task_runner_class(_v1_config(verl_defaults), lambda: prepared.append(True))
-    runner = dataclasses.replace(runner, actor_class=_RecordedActor([]))
-    runner.remote()  # the real start_transfer_queue: it logs and returns
-    assert prepared == [True]
-    assert start_transfer_queue({"enable": True}) is None
-
-
-def test_a_ray_client_driver_does_not_start_transfer_queue(driver_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # a Ray Client driver is outside the cluster's network: the TaskRunner starts it, as before
-    tq = _FakeTransferQueue()
-    monkeypatch.setitem(sys.modules, "transfer_queue", tq)
-    monkeypatch.setattr(driver_tq, "is_connected", lambda: True)
-    assert start_transfer_queue({"enable": True}) is None
-    assert tq.inits == []
-
-
-def test_the_driver_started_transfer_queue_is_stopped_even_when_the_run_fails(
+def test_transfer_queue_started_early_is_stopped_even_when_the_run_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import verl.trainer.main_ppo
@@ -274,6 +185,9 @@ def warm_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     monkeypatch.setitem(sys.modules, "grpo_trainer.agent_loop", module)
     monkeypatch.setattr(grpo_trainer, "agent_loop", module, raising=False)
     monkeypatch.setattr(task_runner_actor, "run_preload", lambda plan: {"imports": 1.0})
+    monkeypatch.setattr(
+        task_runner_actor, "join_transfer_queue", lambda plan: module.calls.append("transfer queue joined") or {}
+    )
     # verl's own manager path, recorded instead of run
     base = task_runner_actor.GrpoTaskRunnerV1.__mro__[1]
     monkeypatch.setattr(base, "init_agent_loop_manager", lambda self: module.calls.append("verl's own manager"))
@@ -301,6 +215,7 @@ def test_warm_workers_started_in_the_constructor_are_given_to_the_warm_manager(w
     assert warm_module.calls == [
         ("balancer", False),
         ("workers", 4),
+        "transfer queue joined",  # last in the constructor: the workers' processes need none of it
         "discard balancer",  # the rollout servers are up: an untaken balancer is not left idle
         (
             "warm manager",
@@ -326,6 +241,7 @@ def test_a_failure_of_the_warm_path_falls_back_to_verls_own(
     out = capsys.readouterr().out
     assert "agent loop workers not started early" in out
     assert task_runner.PREPARED_LINE in out  # the start-up line is still printed
+    assert warm_module.calls[-1] == "transfer queue joined"  # and TransferQueue still joined
     runner.init_agent_loop_manager()
     assert warm_module.calls[-1] == "verl's own manager"
     assert not any(call[0] == "warm manager" for call in warm_module.calls if isinstance(call, tuple))
@@ -349,7 +265,7 @@ def test_the_warm_balancer_is_asked_to_import_the_rollout_servers_module(
 def test_no_warm_workers_are_started_when_the_plan_has_none(warm_module: Any) -> None:
     runner = _runner_with_trainer(_plan(0))  # the kill switch, or a custom manager
     runner.init_agent_loop_manager()
-    assert warm_module.calls == ["discard balancer", "verl's own manager"]
+    assert warm_module.calls == ["transfer queue joined", "discard balancer", "verl's own manager"]
 
 
 # ------------------------------------------------------------------- grpo_trainer.agent_loop over fakes
