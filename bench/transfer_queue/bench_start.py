@@ -22,9 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "trainer"))
-
-from grpo_trainer import transfer_queue_start  # noqa: E402
+TRAINER = Path(__file__).resolve().parents[2] / "trainer"
 
 
 def settings(units: int) -> dict:
@@ -39,6 +37,7 @@ def settings(units: int) -> dict:
 
 def one_start(units: int, one_round: bool) -> float:
     import ray
+    from grpo_trainer import transfer_queue_start
 
     started = time.monotonic()
     transfer_queue_start.start_transfer_queue(settings(units), {"num_cpus": 0}, one_round)
@@ -57,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3, help="ABBA pairs of runs")
     args = p.parse_args(argv)
     os.environ["RAY_ADDRESS"] = "local"
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
+    # grpo_trainer here and in the starter's process, which Ray starts with this environment
+    sys.path.insert(0, str(TRAINER))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TRAINER), os.environ.get("PYTHONPATH")]))
     import ray
 
     # each storage unit and the controller hold one CPU for their life
