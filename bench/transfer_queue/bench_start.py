@@ -41,7 +41,7 @@ def one_start(units: int, one_round: bool) -> float:
 
     started = time.monotonic()
     transfer_queue_start.start_transfer_queue(settings(units), {"num_cpus": 0}, one_round)
-    outcome = ray.get(transfer_queue_start._started["start"], timeout=600)
+    outcome = ray.get(transfer_queue_start._starter["start"], timeout=600)
     took = time.monotonic() - started
     transfer_queue_start.stop_transfer_queue()
     if outcome != "started":

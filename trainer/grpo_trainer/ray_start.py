@@ -193,5 +193,5 @@ def give_up(early: EarlyRay | None) -> None:
     import ray
 
     early.runner.discard()
-    stop_transfer_queue()
+    stop_transfer_queue(graceful=False)  # a start under way is not waited for: what it created goes with it
     ray.shutdown()

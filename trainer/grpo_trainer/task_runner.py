@@ -155,12 +155,17 @@ def run_preload(plan: Preload) -> dict[str, float]:
 
 def join_transfer_queue(plan: Preload) -> dict[str, float]:
     """`transfer_queue.init` with the plan's settings, as verl's `run` calls it: joins the TransferQueue started
-    beside the TaskRunner (waiting for it if it is still starting), or starts it; returns the seconds it took."""
+    beside the TaskRunner once its starter has answered (grpo_trainer.transfer_queue_start), or starts it if
+    that start failed or never was; returns the seconds it took."""
     if plan.transfer_queue is None:
         return {}
     from omegaconf import OmegaConf
 
     start = time.monotonic()
+    if plan.transfer_queue_early:
+        from grpo_trainer.transfer_queue_start import await_starter
+
+        await_starter(plan.transfer_queue)
     import transfer_queue as tq
 
     tq.init(OmegaConf.create(plan.transfer_queue))

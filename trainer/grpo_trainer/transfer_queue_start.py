@@ -13,11 +13,12 @@ the TaskRunner's constructor waited 7-10 s for them (bench/gpu/RESULTS.md, sessi
   units are created. The config stored in the controller, the actors' names and the handles `close` uses are
   the ones `transfer_queue.init` gives. Where that cannot be vouched for (another TransferQueue version,
   another storage backend, metrics on, a sampler object: `one_round_blockers`) it calls `transfer_queue.init`.
-- verl's `transfer_queue.init` in the TaskRunner finds the controller and connects, waiting for the stored
-  config if the starter is not done yet. Should the TaskRunner get there first, it starts TransferQueue
-  itself and the starter, finding the controller's name taken, creates nothing.
+- The TaskRunner's constructor waits for the starter's answer (`await_starter`), then calls verl's
+  `transfer_queue.init`, which finds the controller and connects. After a failed start the TaskRunner removes
+  the starter, and with it whatever it had created, waits for their names to be free, and starts TransferQueue
+  itself, as verl would. A starter that finds a controller already there creates nothing ("taken").
 - An actor's children die with it, so the starter owns the units for the whole run: `stop_transfer_queue`
-  (after the run, or when the early Ray is given up) has it shut them down, then removes it.
+  after the run has it shut them down, then removes it; an early Ray given up removes it at once.
 
 GRPO_TQ_ONE_ROUND=0: the starter calls `transfer_queue.init` (two rounds); bench variant ours_tq_two_rounds.
 """
@@ -28,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,12 @@ STARTED_LINE = "grpo-train: transfer queue started early in "
 TAKEN_LINE = "grpo-train: transfer queue not started early: the task runner started it first"
 FAILED_LINE = "grpo-train: transfer queue not started early; the task runner starts it: "
 
-_started: dict[str, Any] = {}  # the driver's starter actor, while it exists
+STARTER_NAME = "grpo-transfer-queue-starter"
+DEFAULT_STORAGE_UNITS = 2  # TransferQueue 0.1.11's config.yaml, when the settings name none
+# "taken": a controller existed already (the TaskRunner's own start); "failed": nothing of it is left to join
+Outcome = Literal["started", "taken", "failed"]
+
+_starter: dict[str, Any] = {}  # the driver's starter actor and its start's reference, while it exists
 
 
 def one_round_blockers(conf: Mapping[str, Any], version: str) -> list[str]:
@@ -103,26 +109,51 @@ def start_in_one_round(conf: Any) -> bool:
     return True
 
 
+def start_path(one_round: bool, blockers: list[str]) -> str:
+    """Pure: "one round", or why `transfer_queue.init` starts it ("" when one round was turned off)."""
+    if one_round and not blockers:
+        return "one round"
+    return "; ".join(blockers)
+
+
+def storage_unit_names(settings: Mapping[str, Any]) -> list[str]:
+    """Pure: the storage units' actor names TransferQueue's SimpleStorage bootstrap gives for these settings."""
+    simple = settings.get("backend", {}).get("SimpleStorage", {})
+    units = int(simple.get("num_data_storage_units") or DEFAULT_STORAGE_UNITS)
+    return [f"TransferQueueStorageUnit#{rank}" for rank in range(units)]
+
+
 class TransferQueueStarter:
     """The actor that starts TransferQueue and owns its processes until the run ends."""
 
-    def start(self, settings: dict[str, Any], one_round: bool) -> str:
+    def __init__(self) -> None:
+        self._outcome: Outcome | None = None
+
+    def start(self, settings: dict[str, Any], one_round: bool) -> Outcome:
+        self._outcome = self._start(settings, one_round)
+        return self._outcome
+
+    def _start(self, settings: dict[str, Any], one_round: bool) -> Outcome:
         started = time.monotonic()
         try:
+            import ray
             import transfer_queue as tq
             from omegaconf import OmegaConf
 
             imported = time.monotonic() - started
+            if _controller_exists(ray):  # the TaskRunner's own start (it found no starter): left to it
+                print(TAKEN_LINE, flush=True)
+                return "taken"
             conf = merged_config(settings)
-            blockers = one_round_blockers(OmegaConf.to_container(conf), tq.__version__) if one_round else []
-            if one_round and not blockers:
+            path = start_path(one_round, one_round_blockers(OmegaConf.to_container(conf), tq.__version__))
+            if path == "one round":
                 if not start_in_one_round(conf):
                     print(TAKEN_LINE, flush=True)
                     return "taken"
                 how = "in one round"
             else:
                 tq.init(OmegaConf.create(settings))
-                how = "by transfer_queue.init" + (f" ({'; '.join(blockers)})" if blockers else "")
+                how = "by transfer_queue.init" + (f" ({path})" if path else "")
         except Exception as e:
             print(f"{FAILED_LINE}{e!r}", flush=True)
             with contextlib.suppress(Exception):
@@ -132,38 +163,89 @@ class TransferQueueStarter:
               flush=True)
         return "started"
 
+    def outcome(self) -> Outcome | None:
+        """What `start` answered; a call queued behind `start` (one call at a time), so it waits for it."""
+        return self._outcome
+
     def close(self) -> None:
         import transfer_queue as tq
 
         tq.close()
 
 
+def _controller_exists(ray: Any) -> bool:
+    try:
+        ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
 def start_transfer_queue(settings: dict[str, Any], options: dict[str, Any], one_round: bool = True) -> None:
-    """Creates the starter actor with `options` and asks it to start TransferQueue; does not wait."""
+    """Creates the starter actor (named, so the TaskRunner finds it) with `options` and asks it to start
+    TransferQueue; does not wait."""
     import ray
 
     try:
-        actor = ray.remote(TransferQueueStarter).options(**options).remote()
-        _started["actor"] = actor
-        _started["start"] = actor.start.remote(settings, one_round)
+        actor = ray.remote(TransferQueueStarter).options(name=STARTER_NAME, **options).remote()
+        _starter["actor"] = actor
+        _starter["start"] = actor.start.remote(settings, one_round)
     except Exception as e:  # the TaskRunner starts it, as verl would
         log.warning("%s%r", FAILED_LINE, e)
 
 
-def stop_transfer_queue(wait_s: float = 300.0) -> None:
+def await_starter(settings: Mapping[str, Any], timeout_s: float = 900.0, names_free_s: float = 120.0) -> str:
+    """In the TaskRunner, before its `transfer_queue.init`: waits for the starter's answer. After a failed
+    start the starter is removed, and with it whatever it created (an actor's children die with it), and the
+    names its actors held are waited for, so the TaskRunner's own start finds them free. Returns the
+    outcome, or "none" when no starter exists (not started early)."""
+    import ray
+
+    try:
+        starter = ray.get_actor(STARTER_NAME)
+    except ValueError:
+        return "none"
+    try:
+        outcome = ray.get(starter.outcome.remote(), timeout=timeout_s) or "failed"
+    except Exception as e:  # the starter died, or never answered: its start counts as failed
+        print(f"{FAILED_LINE}{e!r}", flush=True)
+        outcome = "failed"
+    if outcome == "failed":
+        with contextlib.suppress(Exception):
+            ray.kill(starter)
+        taken = [(name, None) for name in storage_unit_names(settings)] + [(CONTROLLER_NAME, CONTROLLER_NAMESPACE)]
+        _wait_until_free(ray, taken, names_free_s)
+    return outcome
+
+
+def _wait_until_free(ray: Any, names: list[tuple[str, str | None]], within_s: float) -> None:
+    """Ray frees a killed actor's name shortly after, not at once."""
+    deadline = time.monotonic() + within_s
+    for name, namespace in names:
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=namespace)
+            except ValueError:
+                break
+            time.sleep(0.2)
+
+
+def stop_transfer_queue(graceful: bool = True, wait_s: float = 300.0) -> None:
     """After the run: the starter shuts down the storage units it created (the TaskRunner's own
     `transfer_queue.close` removes the controller and its client, not storage it did not start), then it is
-    removed. A start still under way (a run that ended first, an early Ray given up) is waited for first:
-    the actor runs its calls in order."""
-    actor = _started.pop("actor", None)
-    _started.pop("start", None)
+    removed. A start still under way (a run that ended first) is waited for first: the actor runs its calls
+    in order. graceful=False (an early Ray given up, grpo_trainer.ray_start): the starter is removed at once,
+    and what it created with it."""
+    actor = _starter.pop("actor", None)
+    _starter.pop("start", None)
     if actor is None:
         return
     import ray
 
-    try:
-        ray.get(actor.close.remote(), timeout=wait_s)
-    except Exception as e:  # its processes go with Ray when the driver ends
-        log.warning("grpo-train: transfer queue close in its starter: %r", e)
+    if graceful:
+        try:
+            ray.get(actor.close.remote(), timeout=wait_s)
+        except Exception as e:  # its processes go with Ray when the driver ends
+            log.warning("grpo-train: transfer queue close in its starter: %r", e)
     with contextlib.suppress(Exception):
         ray.kill(actor)

@@ -214,6 +214,22 @@ def test_an_actor_given_up_is_killed_not_only_disconnected(monkeypatch: pytest.M
     assert runner.handle is None
 
 
+def test_giving_up_removes_transfer_queues_starter_without_waiting_for_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a config verl rejects is reported at once, not after TransferQueue's 20-30 s start
+    import ray
+
+    stops: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray_start, "stop_transfer_queue", lambda **kwargs: stops.append(kwargs))
+    monkeypatch.setattr(ray, "kill", lambda handle: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    runner = EarlyTaskRunner(_Created(), {})
+    runner.create()
+    ray_start.give_up(ray_start.EarlyRay(init_kwargs={}, runner=runner))
+    assert stops == [{"graceful": False}]
+
+
 @pytest.mark.slow
 def test_an_early_ray_unlike_verls_is_given_up_and_run_ppo_starts_its_own(
     verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -13,24 +13,51 @@ from grpo_trainer import transfer_queue_start
 from grpo_trainer.transfer_queue_start import (
     CONTROLLER_NAME,
     CONTROLLER_NAMESPACE,
+    STARTER_NAME,
+    await_starter,
     merged_config,
     one_round_blockers,
     start_in_one_round,
+    start_path,
     start_transfer_queue,
     stop_transfer_queue,
+    storage_unit_names,
 )
 from omegaconf import DictConfig, OmegaConf
 
-UNITS = 2
+UNITS = 3  # neither verl's default (8) nor TransferQueue's (2): the settings must reach the start
+CAPACITY = 30_000
 
 
 def _settings(verl_defaults: DictConfig, **simple_storage: Any) -> dict[str, Any]:
-    """verl's transfer_queue section as the TaskRunner passes it (enable set), with 2 storage units."""
+    """verl's transfer_queue section as the TaskRunner passes it (enable set), with 3 storage units."""
     settings = OmegaConf.to_container(verl_defaults.transfer_queue, resolve=True)
     assert isinstance(settings, dict)
     settings["enable"] = True
-    settings["backend"]["SimpleStorage"].update(num_data_storage_units=UNITS, **simple_storage)
+    settings["backend"]["SimpleStorage"].update(
+        num_data_storage_units=UNITS, total_storage_size=CAPACITY, **simple_storage
+    )
     return settings
+
+
+def _stored_config() -> dict[str, Any]:
+    """The config the controller hands every joining process, its addresses left out (they differ per start)."""
+    import ray
+
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
+    conf = ray.get(controller.get_config.remote())
+    conf.controller.zmq_info = None
+    conf.backend.SimpleStorage.zmq_info = None
+    stored = OmegaConf.to_container(conf)
+    assert isinstance(stored, dict)
+    return stored
+
+
+def _start_and_wait(settings: dict[str, Any], one_round: bool = True) -> str:
+    import ray
+
+    start_transfer_queue(settings, {"num_cpus": 0}, one_round=one_round)
+    return ray.get(transfer_queue_start._starter["start"], timeout=120)
 
 
 # ------------------------------------------------------------------- when one round stands in for init
@@ -39,6 +66,14 @@ def _settings(verl_defaults: DictConfig, **simple_storage: Any) -> dict[str, Any
 def test_verls_transfer_queue_settings_start_in_one_round(verl_defaults: DictConfig) -> None:
     conf = OmegaConf.to_container(merged_config(_settings(verl_defaults)))
     assert one_round_blockers(conf, "0.1.11") == []
+    assert start_path(True, []) == "one round"
+    assert start_path(False, []) == ""  # GRPO_TQ_ONE_ROUND=0: transfer_queue.init, nothing blocked it
+    assert start_path(True, ["metrics enabled"]) == "metrics enabled"
+
+
+def test_the_storage_unit_names_follow_the_settings(verl_defaults: DictConfig) -> None:
+    assert storage_unit_names(_settings(verl_defaults)) == [f"TransferQueueStorageUnit#{i}" for i in range(UNITS)]
+    assert storage_unit_names({"enable": True}) == ["TransferQueueStorageUnit#0", "TransferQueueStorageUnit#1"]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +102,8 @@ def local_ray() -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_ADDRESS", "local")  # never a cluster another test started with `ray start`
-        ray.init(num_cpus=2 + UNITS, include_dashboard=False)
+        # each unit and the controller hold a CPU; two TransferQueues at once in the "taken" test
+        ray.init(num_cpus=2 * (UNITS + 1) + 1, include_dashboard=False)
     yield
     ray.shutdown()
 
@@ -97,30 +133,51 @@ def _unit_names() -> list[str]:
 
 
 @pytest.mark.slow
-def test_verls_init_joins_the_started_transfer_queue_and_data_goes_through_it(
+def test_the_task_runner_joins_the_started_transfer_queue_and_data_goes_through_it(
     local_ray: None, verl_defaults: DictConfig
 ) -> None:
-    import ray
     import torch
     import transfer_queue as tq
     from tensordict import TensorDict
 
     settings = _settings(verl_defaults)
     start_transfer_queue(settings, {"num_cpus": 0}, one_round=True)
-    assert ray.get(transfer_queue_start._started["start"], timeout=120) == "started"
+    # what the TaskRunner's constructor does at once (join_transfer_queue): waits for the starter's answer...
+    assert await_starter(settings) == "started"
     assert all(_alive(name) for name in _unit_names())
-    # what verl's TaskRunnerV1.run does: finds the controller, reads the stored config, connects
+    stored = _stored_config()
+    assert stored["backend"]["SimpleStorage"]["num_data_storage_units"] == UNITS
+    assert stored["backend"]["SimpleStorage"]["total_storage_size"] == CAPACITY
+    # ...then verl's TaskRunnerV1.run: finds the controller, reads the stored config, connects
     tq.init(OmegaConf.create(settings))
     try:
+        assert tq.interface._TQ_STORAGE is None  # joined, not started: the starter owns the units
         tq.kv_put(key="p0", partition_id="train", fields=TensorDict({"ids": torch.tensor([[5, 6, 7]])}, batch_size=1))
         got = tq.kv_batch_get(keys=["p0"], partition_id="train")
         assert got["ids"][0].tolist() == [5, 6, 7]
     finally:
         tq.close()  # the TaskRunner's close at the end of run: its client and the controller
+    assert all(_alive(name) for name in _unit_names())  # the units are the starter's to shut down
     stop_transfer_queue()
     assert all(_gone(name) for name in _unit_names())
     assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
-    assert transfer_queue_start._started == {}
+    assert _gone(STARTER_NAME)
+    assert transfer_queue_start._starter == {}
+
+
+@pytest.mark.slow
+def test_one_round_stores_the_config_transfer_queues_own_init_stores(
+    local_ray: None, verl_defaults: DictConfig
+) -> None:
+    settings = _settings(verl_defaults)
+    stored = {}
+    for one_round in (True, False):
+        assert _start_and_wait(settings, one_round) == "started"
+        stored[one_round] = _stored_config()
+        stop_transfer_queue()
+        assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE) and _gone(STARTER_NAME)
+        assert all(_gone(name) for name in _unit_names())
+    assert stored[True] == stored[False]
 
 
 @pytest.mark.slow
@@ -158,14 +215,12 @@ def test_the_storage_units_are_up_before_the_controller_is_waited_for(
 def test_a_transfer_queue_the_task_runner_started_first_is_left_to_it(
     local_ray: None, verl_defaults: DictConfig
 ) -> None:
-    import ray
     import transfer_queue as tq
 
     settings = _settings(verl_defaults)
-    tq.init(OmegaConf.create(settings))  # the TaskRunner's constructor got there first
+    tq.init(OmegaConf.create(settings))  # a TaskRunner that found no starter started its own
     try:
-        start_transfer_queue(settings, {"num_cpus": 0}, one_round=True)
-        assert ray.get(transfer_queue_start._started["start"], timeout=120) == "taken"
+        assert _start_and_wait(settings) == "taken"
         stop_transfer_queue()
         # the starter created nothing, so its stop shut nothing of the TaskRunner's down
         assert all(_alive(name) for name in _unit_names())
@@ -177,31 +232,67 @@ def test_a_transfer_queue_the_task_runner_started_first_is_left_to_it(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("one_round", [True, False])
-def test_a_failed_start_leaves_no_controller_for_the_task_runner_to_wait_on(
+def test_after_a_failed_start_the_task_runner_starts_transfer_queue_itself(
     local_ray: None, verl_defaults: DictConfig, one_round: bool
 ) -> None:
-    import ray
+    import torch
+    import transfer_queue as tq
+    from tensordict import TensorDict
 
-    # a storage unit that cannot start: SSD offload without a path is refused in its constructor
-    settings = _settings(verl_defaults, ssd_offload={"enabled": True, "path": None})
-    start_transfer_queue(settings, {"num_cpus": 0}, one_round=one_round)
-    assert ray.get(transfer_queue_start._started["start"], timeout=120) == "failed"
-    # the TaskRunner's transfer_queue.init would find no controller and start TransferQueue itself
-    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
-    stop_transfer_queue()
+    # the starter's units cannot start (SSD offload without a path is refused in a unit's constructor)
+    start_transfer_queue(
+        _settings(verl_defaults, ssd_offload={"enabled": True, "path": None}), {"num_cpus": 0}, one_round
+    )
+    settings = _settings(verl_defaults)
+    # join_transfer_queue: the failure is seen, the starter removed with all it made, the names free again
+    assert await_starter(settings) == "failed"
+    assert _gone(STARTER_NAME)
+    assert not _alive(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+    assert not any(_alive(name) for name in _unit_names())
+    tq.init(OmegaConf.create(settings))  # verl's own start, in the TaskRunner
+    try:
+        assert tq.interface._TQ_STORAGE is not None
+        tq.kv_put(key="p1", partition_id="train", fields=TensorDict({"ids": torch.tensor([[1, 2]])}, batch_size=1))
+        assert tq.kv_batch_get(keys=["p1"], partition_id="train")["ids"][0].tolist() == [1, 2]
+    finally:
+        tq.close()
+        stop_transfer_queue()  # the starter is gone already: logged, nothing raised
+    assert all(_gone(name) for name in _unit_names())
+
+
+def test_without_a_starter_the_task_runner_starts_transfer_queue_itself(
+    local_ray: None, verl_defaults: DictConfig
+) -> None:
+    assert await_starter(_settings(verl_defaults)) == "none"  # GRPO_WARM_START=0, or its creation failed
 
 
 @pytest.mark.slow
 def test_a_stop_right_after_the_start_waits_for_it_then_removes_everything(
     local_ray: None, verl_defaults: DictConfig
 ) -> None:
-    # an early Ray given up (grpo_trainer.ray_start) stops TransferQueue while it is still starting
-    start_transfer_queue(_settings(verl_defaults), {"num_cpus": 0}, one_round=True)
-    starter = transfer_queue_start._started["actor"]
-    stop_transfer_queue()
-    assert all(_gone(name) for name in _unit_names())
-    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+    # a run that ended before TransferQueue was up: the close is queued behind the start, not run before it
     import ray
 
+    start_transfer_queue(_settings(verl_defaults), {"num_cpus": 0}, one_round=True)
+    started = transfer_queue_start._starter["start"]
+    stop_transfer_queue()
+    assert ray.get(started, timeout=30) == "started"
+    assert all(_gone(name) for name in _unit_names())
+    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+    assert _gone(STARTER_NAME)
+
+
+@pytest.mark.slow
+def test_an_early_ray_given_up_removes_the_starter_without_waiting_for_its_start(
+    local_ray: None, verl_defaults: DictConfig
+) -> None:
+    import ray
+
+    start_transfer_queue(_settings(verl_defaults), {"num_cpus": 0}, one_round=True)
+    started = transfer_queue_start._starter["start"]
+    stop_transfer_queue(graceful=False)
     with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(starter.close.remote(), timeout=30)
+        ray.get(started, timeout=60)  # killed before it answered
+    assert _gone(STARTER_NAME)
+    assert all(_gone(name) for name in _unit_names())
+    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)

@@ -74,9 +74,12 @@ def _runner_and_calls(
     config: DictConfig, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[task_runner.EarlyTaskRunner, list[Any]]:
     calls: list[Any] = []
-    monkeypatch.setattr(
-        cli, "start_transfer_queue", lambda settings, options, one_round: calls.append(("tq", settings, one_round))
-    )
+    def start_transfer_queue(settings: Any, options: Any, one_round: bool) -> None:
+        # its starter only waits, on the head node like the TaskRunner: no CPU of the node's taken
+        assert options == {"num_cpus": 0, "resources": {cli.HEAD_NODE_RESOURCE: 0.001}}
+        calls.append(("tq", settings, one_round))
+
+    monkeypatch.setattr(cli, "start_transfer_queue", start_transfer_queue)
     runner = cli.task_runner_class(config, lambda: calls.append("prepare data"))
     return dataclasses.replace(runner, actor_class=_RecordedActor(calls)), calls
 
