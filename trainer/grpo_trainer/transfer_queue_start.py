@@ -139,8 +139,11 @@ class TransferQueueStarter:
             import ray
             import transfer_queue as tq
             from omegaconf import OmegaConf
-
-            imported = time.monotonic() - started
+        except Exception as e:  # nothing created yet: the TaskRunner's own start reports the same import
+            print(f"{FAILED_LINE}{e!r}", flush=True)
+            return "failed"
+        imported = time.monotonic() - started
+        try:
             if _controller_exists(ray):  # the TaskRunner's own start (it found no starter): left to it
                 print(TAKEN_LINE, flush=True)
                 return "taken"

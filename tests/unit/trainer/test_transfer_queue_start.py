@@ -93,6 +93,19 @@ def test_what_one_round_cannot_vouch_for_goes_to_transfer_queues_own_init(
     assert blocker.startswith(reason)
 
 
+def test_a_starter_that_cannot_import_transfer_queue_answers_failed(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transfer_queue", None)  # the import fails, installed or not
+    starter = transfer_queue_start.TransferQueueStarter()
+    assert starter.start(_settings(verl_defaults), one_round=True) == "failed"
+    assert starter.outcome() == "failed"  # what the TaskRunner's await_starter reads
+    out = capsys.readouterr().out
+    assert transfer_queue_start.FAILED_LINE in out and "transfer_queue" in out
+
+
 # ------------------------------------------------------------------- on a real local Ray
 
 
