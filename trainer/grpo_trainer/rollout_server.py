@@ -22,6 +22,7 @@ from verl.plugin.platform import get_platform
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
 from grpo_trainer.early_servers import EarlyServers, asked_options, early_options, options_mismatch
+from grpo_trainer.ray_names import wait_until_free
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,8 @@ def release(name: str, handle: Any) -> None:
         ray.kill(handle, no_restart=True)
     except Exception as e:  # already gone
         log.debug("rollout server %s: %s", name, e)
-    deadline = time.monotonic() + NAME_RELEASE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name)
-        except ValueError:
-            return
-        time.sleep(0.2)
+    if wait_until_free(name, time.monotonic() + NAME_RELEASE_TIMEOUT_S):
+        return
     raise RuntimeError(
         f"grpo-train: the rollout server {name} started early was removed, but Ray still held its name after "
         f"{NAME_RELEASE_TIMEOUT_S:.0f} s, so verl cannot create its own; set GRPO_EARLY_ROLLOUT_SERVERS=0"

@@ -31,6 +31,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from grpo_trainer.ray_names import name_held, wait_until_free
+
 log = logging.getLogger(__name__)
 
 ONE_ROUND_ENV = "GRPO_TQ_ONE_ROUND"
@@ -136,7 +138,6 @@ class TransferQueueStarter:
     def _start(self, settings: dict[str, Any], one_round: bool) -> Outcome:
         started = time.monotonic()
         try:
-            import ray
             import transfer_queue as tq
             from omegaconf import OmegaConf
         except Exception as e:  # nothing created yet: the TaskRunner's own start reports the same import
@@ -144,7 +145,8 @@ class TransferQueueStarter:
             return "failed"
         imported = time.monotonic() - started
         try:
-            if _controller_exists(ray):  # the TaskRunner's own start (it found no starter): left to it
+            # a controller there already is the TaskRunner's own start (it found no starter): left to it
+            if name_held(CONTROLLER_NAME, CONTROLLER_NAMESPACE):
                 print(TAKEN_LINE, flush=True)
                 return "taken"
             conf = merged_config(settings)
@@ -174,14 +176,6 @@ class TransferQueueStarter:
         import transfer_queue as tq
 
         tq.close()
-
-
-def _controller_exists(ray: Any) -> bool:
-    try:
-        ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
-    except ValueError:
-        return False
-    return True
 
 
 def start_transfer_queue(settings: dict[str, Any], options: dict[str, Any], one_round: bool = True) -> None:
@@ -216,21 +210,11 @@ def await_starter(settings: Mapping[str, Any], timeout_s: float = 900.0, names_f
     if outcome == "failed":
         with contextlib.suppress(Exception):
             ray.kill(starter)
-        taken = [(name, None) for name in storage_unit_names(settings)] + [(CONTROLLER_NAME, CONTROLLER_NAMESPACE)]
-        _wait_until_free(ray, taken, names_free_s)
+        deadline = time.monotonic() + names_free_s
+        for name in storage_unit_names(settings):
+            wait_until_free(name, deadline)
+        wait_until_free(CONTROLLER_NAME, deadline, CONTROLLER_NAMESPACE)
     return outcome
-
-
-def _wait_until_free(ray: Any, names: list[tuple[str, str | None]], within_s: float) -> None:
-    """Ray frees a killed actor's name shortly after, not at once."""
-    deadline = time.monotonic() + within_s
-    for name, namespace in names:
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(name, namespace=namespace)
-            except ValueError:
-                break
-            time.sleep(0.2)
 
 
 def stop_transfer_queue(graceful: bool = True, wait_s: float = 300.0) -> None:

@@ -355,7 +355,7 @@ def rollout_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     names_taken: set[str] = set()
     held_for_good: set[str] = set()
 
-    def get_actor(name: str) -> Any:
+    def get_actor(name: str, namespace: str | None = None) -> Any:
         if name in held_for_good:
             events.append("name still held")
             return "still there"

@@ -145,6 +145,12 @@ def _unit_names() -> list[str]:
     return [f"TransferQueueStorageUnit#{i}" for i in range(UNITS)]
 
 
+def _nothing_left() -> bool:
+    """No storage unit, controller or starter of a start remains (waiting for Ray to free each name)."""
+    units_gone = all([_gone(name) for name in _unit_names()])
+    return units_gone and _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE) and _gone(STARTER_NAME)
+
+
 @pytest.mark.slow
 def test_the_task_runner_joins_the_started_transfer_queue_and_data_goes_through_it(
     local_ray: None, verl_defaults: DictConfig
@@ -172,9 +178,7 @@ def test_the_task_runner_joins_the_started_transfer_queue_and_data_goes_through_
         tq.close()  # the TaskRunner's close at the end of run: its client and the controller
     assert all(_alive(name) for name in _unit_names())  # the units are the starter's to shut down
     stop_transfer_queue()
-    assert all(_gone(name) for name in _unit_names())
-    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
-    assert _gone(STARTER_NAME)
+    assert _nothing_left()
     assert transfer_queue_start._starter == {}
 
 
@@ -188,8 +192,7 @@ def test_one_round_stores_the_config_transfer_queues_own_init_stores(
         assert _start_and_wait(settings, one_round) == "started"
         stored[one_round] = _stored_config()
         stop_transfer_queue()
-        assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE) and _gone(STARTER_NAME)
-        assert all(_gone(name) for name in _unit_names())
+        assert _nothing_left()
     assert stored[True] == stored[False]
 
 
@@ -220,8 +223,7 @@ def test_the_storage_units_are_up_before_the_controller_is_waited_for(
         assert conf.controller.zmq_info is not None
     finally:
         tq.close()  # this process created them: the units are shut down, the controller killed
-    assert all(_gone(name) for name in _unit_names())
-    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+    assert _nothing_left()
 
 
 @pytest.mark.slow
@@ -290,9 +292,7 @@ def test_a_stop_right_after_the_start_waits_for_it_then_removes_everything(
     started = transfer_queue_start._starter["start"]
     stop_transfer_queue()
     assert ray.get(started, timeout=30) == "started"
-    assert all(_gone(name) for name in _unit_names())
-    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
-    assert _gone(STARTER_NAME)
+    assert _nothing_left()
 
 
 @pytest.mark.slow
@@ -306,6 +306,4 @@ def test_an_early_ray_given_up_removes_the_starter_without_waiting_for_its_start
     stop_transfer_queue(graceful=False)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(started, timeout=60)  # killed before it answered
-    assert _gone(STARTER_NAME)
-    assert all(_gone(name) for name in _unit_names())
-    assert _gone(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+    assert _nothing_left()
