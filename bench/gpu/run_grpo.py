@@ -30,6 +30,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -43,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import iosample
 import startup
 import steplog
 import tiny_model
@@ -315,7 +317,11 @@ def tool(name: str, module: str) -> list[str]:
 def command(spec: RunSpec, paths: Paths) -> list[str]:
     if spec.kind == "stock":
         return [sys.executable, "-m", "verl.trainer.main_ppo", *stock_overrides(spec, paths)]
-    return [*tool("grpo-train", "grpo_trainer.cli"), "--config_path", str(write_config(spec, paths))]
+    train = [*tool("grpo-train", "grpo_trainer.cli"), "--config_path", str(write_config(spec, paths))]
+    # As in the trainer pods (operator render/rayjob.py): the library prefetch starts in the background
+    # first (GRPO_PREFETCH=0 in the run's env: it only says it is off); its lines join the run's log.
+    prefetch = [*tool("grpo-prefetch", "grpo_trainer.library_prefetch"), "--background"]
+    return ["sh", "-c", f"{shlex.join(prefetch)} || true; exec {shlex.join(train)}"]
 
 
 def run_env(spec: RunSpec) -> dict[str, str]:
@@ -435,6 +441,8 @@ class RunResult:
     generation: str | None = None
     generation_error: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    # the machine's disk reads and CPU while the run went (iosample.summarize): to step 1, and in all
+    io: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -529,8 +537,15 @@ def run(spec: RunSpec, paths: Paths, alone: bool = True, on_first_step: Callable
     cmd = command(spec, paths)
     steps_file = paths.steps_file(spec.name)
     steps_file.unlink(missing_ok=True)
-    streamed = stream(cmd, paths.log(spec.name), spec.timeout_s, env=run_env(spec), on_first_step=on_first_step)
+    io_file = paths.logs / f"{spec.name}.io.jsonl"
+    with iosample.IoSampler(io_file):
+        streamed = stream(cmd, paths.log(spec.name), spec.timeout_s, env=run_env(spec), on_first_step=on_first_step)
     result = summarize(spec, cmd, streamed)
+    samples = iosample.load(io_file)
+    result.io = {
+        "to_first_step": iosample.summarize(samples, streamed.first_step_at_s),
+        "run": iosample.summarize(samples),
+    }
     if alone:
         stop_ray()
     result.steps_file = str(steps_file) if steps_file.exists() else None
@@ -572,7 +587,7 @@ def save_result(result: RunResult, paths: Paths, out: Path) -> None:
     """<run>.json, the run's gzipped logs and its steps file under out."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{result.run}.json").write_text(json.dumps(asdict(result), indent=1))
-    for log in paths.logs.glob(f"{result.run}*.log"):
+    for log in [*paths.logs.glob(f"{result.run}*.log"), *paths.logs.glob(f"{result.run}.io.jsonl")]:
         with log.open("rb") as src, gzip.open(out / f"{log.name}.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
     if result.steps_file:

@@ -180,6 +180,7 @@ VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
     "ours_late_servers": (("GRPO_EARLY_ROLLOUT_SERVERS", "0"),),  # verl creates the vLLM servers after the model load
     "ours_late_ray": (("GRPO_EARLY_RAY", "0"),),  # verl starts Ray after the driver has imported it
     "ours_tq_two_rounds": (("GRPO_TQ_ONE_ROUND", "0"),),  # TransferQueue's own init: controller, then units
+    "ours_noprefetch": (("GRPO_PREFETCH", "0"),),  # no library prefetch beside grpo-train (the trainer pods have one)
 }
 
 
@@ -464,6 +465,7 @@ def result_summary(result: run_grpo.RunResult) -> dict[str, Any]:
         "mean_step_s": result.mean_step_s,
         "median_step_s": result.median_step_s,
         "startup": result.startup,
+        "io": result.io,
     }
 
 
