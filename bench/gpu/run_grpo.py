@@ -30,7 +30,6 @@ import gzip
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -317,11 +316,7 @@ def tool(name: str, module: str) -> list[str]:
 def command(spec: RunSpec, paths: Paths) -> list[str]:
     if spec.kind == "stock":
         return [sys.executable, "-m", "verl.trainer.main_ppo", *stock_overrides(spec, paths)]
-    train = [*tool("grpo-train", "grpo_trainer.cli"), "--config_path", str(write_config(spec, paths))]
-    # As in the trainer pods (operator render/rayjob.py): the library prefetch starts in the background
-    # first (GRPO_PREFETCH=0 in the run's env: it only says it is off); its lines join the run's log.
-    prefetch = [*tool("grpo-prefetch", "grpo_trainer.library_prefetch"), "--background"]
-    return ["sh", "-c", f"{shlex.join(prefetch)} || true; exec {shlex.join(train)}"]
+    return [*tool("grpo-train", "grpo_trainer.cli"), "--config_path", str(write_config(spec, paths))]
 
 
 def run_env(spec: RunSpec) -> dict[str, str]:

@@ -180,7 +180,7 @@ VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
     "ours_late_servers": (("GRPO_EARLY_ROLLOUT_SERVERS", "0"),),  # verl creates the vLLM servers after the model load
     "ours_late_ray": (("GRPO_EARLY_RAY", "0"),),  # verl starts Ray after the driver has imported it
     "ours_tq_two_rounds": (("GRPO_TQ_ONE_ROUND", "0"),),  # TransferQueue's own init: controller, then units
-    "ours_noprefetch": (("GRPO_PREFETCH", "0"),),  # no library prefetch beside grpo-train (the trainer pods have one)
+    "ours_late_model_info": (("GRPO_VLLM_MODEL_INFO_EARLY", "0"),),  # the vLLM server inspects the model class
 }
 
 

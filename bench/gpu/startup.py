@@ -35,9 +35,6 @@ TIMED_LINE = re.compile(r"^\s*(\d+\.\d+) \| (.*)$")
 OUR_PART = re.compile(r"grpo-train: (.+?) in (\d+(?:\.\d+)?) s")
 OUR_PREPARED = re.compile(r"grpo-train: task runner prepared: (.*)$")
 PART_SECONDS = re.compile(r"([a-z][a-z ]*?) (\d+(?:\.\d+)?) s")
-# grpo-prefetch (trainer/grpo_trainer/library_prefetch.py), started beside grpo-train as in the trainer pods
-PREFETCH_TIER = re.compile(r"(grpo-prefetch: [a-z ]+): (\d+\.\d+) GiB in \d+ files in (\d+(?:\.\d+)?) s")
-PREFETCH_DONE = re.compile(r"(grpo-prefetch: done) in (\d+(?:\.\d+)?) s")
 
 
 def timed_line(elapsed_s: float, line: str) -> str:
@@ -102,17 +99,12 @@ def marker_times(lines: Iterable[str]) -> dict[str, float]:
 
 
 def ours_parts(lines: Iterable[str]) -> dict[str, float]:
-    """Pure: the seconds grpo-train reports for its own start-up parts (empty for a stock run), and what
-    grpo-prefetch read (its keys start with grpo-prefetch)."""
+    """Pure: the seconds grpo-train reports for its own start-up parts (empty for a stock run)."""
     parts: dict[str, float] = {}
     for raw in lines:
         timed = split_timed(raw)
         text = timed[1] if timed else raw
-        if m := PREFETCH_TIER.search(text):
-            parts[f"{m[1]} (s)"], parts[f"{m[1]} (GiB)"] = float(m[3]), float(m[2])
-        elif m := PREFETCH_DONE.search(text):
-            parts[f"{m[1]}, after process start (s)"] = timed[0] if timed else float(m[2])
-        elif m := OUR_PREPARED.search(text):
+        if m := OUR_PREPARED.search(text):
             parts |= {f"task runner: {name}": float(s) for name, s in PART_SECONDS.findall(m[1])}
         elif m := OUR_PART.search(text):
             parts[m[1]] = float(m[2])
@@ -148,10 +140,6 @@ def breakdown(lines: list[str]) -> Breakdown:
     )
 
 
-def _part_label(part: str) -> str:
-    return part if part.startswith("grpo-prefetch") else f"grpo-train: {part}"
-
-
 def table(runs: dict[str, Breakdown]) -> str:
     """A markdown table: one column per run, one row per phase, then the totals."""
     names = list(runs)
@@ -170,6 +158,6 @@ def table(runs: dict[str, Breakdown]) -> str:
     )
     for part in dict.fromkeys(p for n in names for p in runs[n].ours):
         lines.append(
-            f"| {_part_label(part)} | " + " | ".join(steplog.fmt(runs[n].ours.get(part), 1) for n in names) + " |"
+            f"| grpo-train: {part} | " + " | ".join(steplog.fmt(runs[n].ours.get(part), 1) for n in names) + " |"
         )
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
 from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner, preload_plan
 from grpo_trainer.transfer_queue_start import ONE_ROUND_ENV, start_transfer_queue, stop_transfer_queue
+from grpo_trainer.vllm_model_info import start_model_info
 
 log = logging.getLogger("grpo_trainer")
 
@@ -177,7 +178,8 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
         from grpo_trainer.task_runner_host import GrpoTaskRunnerActor
 
         plan = preload_plan(config)
-        if os.environ.get(WARM_START_ENV, "1") == "0":  # verl's own start-up order (grpo_trainer.task_runner)
+        warm = os.environ.get(WARM_START_ENV, "1") != "0"
+        if not warm:  # verl's own start-up order (grpo_trainer.task_runner)
             plan = dataclasses.replace(
                 plan, transfer_queue_early=False, agent_loop_workers=0, early_servers=None,
                 early_servers_skipped=f"{WARM_START_ENV}=0",
@@ -187,17 +189,19 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
         if os.environ.get(EARLY_ROLLOUT_SERVERS_ENV, "1") == "0":
             plan = dataclasses.replace(plan, early_servers=None, early_servers_skipped=f"{EARLY_ROLLOUT_SERVERS_ENV}=0")
 
-        def start_transfer_queue_beside() -> None:
+        def start_beside() -> None:
             # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.transfer_queue_start),
             # from the head node, as they did from the driver; its starter only waits, so it takes no CPU
             if plan.transfer_queue is not None and plan.transfer_queue_early:
                 one_round = os.environ.get(ONE_ROUND_ENV, "1") != "0"
                 start_transfer_queue(plan.transfer_queue, {**options, "num_cpus": 0}, one_round)
+            if warm:  # vLLM's model-class inspection, before a server needs it (grpo_trainer.vllm_model_info)
+                start_model_info(config, os.environ)
 
-        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), before_run, start_transfer_queue_beside)
+        return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), before_run, start_beside)
     from verl.trainer.main_ppo_v0 import TaskRunner
 
-    return EarlyTaskRunner(TaskRunner, options, (), before_run)
+    return EarlyTaskRunner(TaskRunner, options, (), before_run, lambda: start_model_info(config, os.environ))
 
 
 def validate_with_verl(config: Any) -> None:

@@ -80,6 +80,7 @@ def _runner_and_calls(
         calls.append(("tq", settings, one_round))
 
     monkeypatch.setattr(cli, "start_transfer_queue", start_transfer_queue)
+    monkeypatch.setattr(cli, "start_model_info", lambda config, environ: calls.append("model info"))
     runner = cli.task_runner_class(config, lambda: calls.append("prepare data"))
     return dataclasses.replace(runner, actor_class=_RecordedActor(calls)), calls
 
@@ -93,14 +94,15 @@ def test_by_default_transfer_queue_starts_beside_the_task_runner_before_the_data
     (plan,) = runner.init_args
     assert plan.agent_loop_workers == 3 and plan.transfer_queue_early
     assert runner.remote() == "handle"
-    assert calls == ["actor created", ("tq", plan.transfer_queue, True), "prepare data"]
+    # vLLM's model-class inspection starts on the GPU nodes beside it (grpo_trainer.vllm_model_info)
+    assert calls == ["actor created", ("tq", plan.transfer_queue, True), "model info", "prepare data"]
 
 
 def test_one_round_off_is_passed_to_the_starter(verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cli.ONE_ROUND_ENV, "0")
     runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
     runner.create()
-    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue, False)]
+    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue, False), "model info"]
 
 
 def test_an_actor_created_early_is_the_one_run_ppo_gets_and_the_data_waits_for_run_ppo(
@@ -112,9 +114,9 @@ def test_an_actor_created_early_is_the_one_run_ppo_gets_and_the_data_waits_for_r
     monkeypatch.delenv(cli.ONE_ROUND_ENV, raising=False)
     runner, calls = _runner_and_calls(_v1_config(verl_defaults, 3), monkeypatch)
     assert runner.create() == "handle"
-    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue, True)]
+    assert calls == ["actor created", ("tq", runner.init_args[0].transfer_queue, True), "model info"]
     assert runner.remote() == "handle"
-    assert calls[2:] == ["prepare data"]
+    assert calls[3:] == ["prepare data"]
 
 
 def test_run_ppo_options_for_an_actor_created_early_are_an_error_not_ignored(
@@ -134,7 +136,7 @@ def test_the_kill_switch_turns_the_warm_path_off(verl_defaults: DictConfig, monk
     assert not plan.transfer_queue_early
     assert plan.transfer_queue is not None  # the constructor still starts TransferQueue, as before
     runner.remote()
-    assert calls == ["actor created", "prepare data"]  # no TransferQueue started beside it
+    assert calls == ["actor created", "prepare data"]  # no TransferQueue or vLLM model info started beside it
 
 
 # ------------------------------------------------------------------- TransferQueue beside the TaskRunner
