@@ -174,12 +174,17 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
     preparation) then runs in the driver while the actor starts (grpo_trainer.task_runner)."""
     # num_cpus=1 is Ray's scheduling default for actors, made explicit: the head group must offer it
     options = {"num_cpus": 1, "resources": {HEAD_NODE_RESOURCE: 0.001}}
+    warm = os.environ.get(WARM_START_ENV, "1") != "0"  # "0": verl's own start-up order (grpo_trainer.task_runner)
+
+    def start_model_info_beside() -> None:
+        if warm:  # vLLM's model-class inspection, before a server needs it (grpo_trainer.vllm_model_info)
+            start_model_info(config, os.environ)
+
     if config.trainer.use_v1:
         from grpo_trainer.task_runner_host import GrpoTaskRunnerActor
 
         plan = preload_plan(config)
-        warm = os.environ.get(WARM_START_ENV, "1") != "0"
-        if not warm:  # verl's own start-up order (grpo_trainer.task_runner)
+        if not warm:
             plan = dataclasses.replace(
                 plan, transfer_queue_early=False, agent_loop_workers=0, early_servers=None,
                 early_servers_skipped=f"{WARM_START_ENV}=0",
@@ -195,13 +200,12 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
             if plan.transfer_queue is not None and plan.transfer_queue_early:
                 one_round = os.environ.get(ONE_ROUND_ENV, "1") != "0"
                 start_transfer_queue(plan.transfer_queue, {**options, "num_cpus": 0}, one_round)
-            if warm:  # vLLM's model-class inspection, before a server needs it (grpo_trainer.vllm_model_info)
-                start_model_info(config, os.environ)
+            start_model_info_beside()
 
         return EarlyTaskRunner(GrpoTaskRunnerActor, options, (plan,), before_run, start_beside)
     from verl.trainer.main_ppo_v0 import TaskRunner
 
-    return EarlyTaskRunner(TaskRunner, options, (), before_run, lambda: start_model_info(config, os.environ))
+    return EarlyTaskRunner(TaskRunner, options, (), before_run, start_model_info_beside)
 
 
 def validate_with_verl(config: Any) -> None:

@@ -18,22 +18,24 @@ and so does GRPO_WARM_START=0 (verl's own start-up order).
 from __future__ import annotations
 
 import json
-import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
-
 EARLY_ENV = "GRPO_VLLM_MODEL_INFO_EARLY"
 READY_LINE = "grpo-train: vLLM model info ready"
+NOT_READY_LINE = "grpo-train: vLLM model info not ready, left to the server"
 SKIPPED_LINE = "grpo-train: vLLM model info left to the server: "
 
 
-def architectures_of(model_config: Mapping[str, Any]) -> tuple[str, ...]:
-    """Pure: the architectures a Hugging Face config.json names (what vLLM resolves the model class from)."""
-    found = model_config.get("architectures") or ()
+def architectures_of(model_config: Any) -> tuple[str, ...]:
+    """Pure: the architectures a Hugging Face config.json names (what vLLM resolves the model class from);
+    () for anything that is not a mapping with a list of them."""
+    found = model_config.get("architectures") if isinstance(model_config, Mapping) else None
+    if not isinstance(found, list | tuple):
+        return ()
     return tuple(a for a in found if isinstance(a, str) and a)
 
 
@@ -64,8 +66,15 @@ def inspect_architectures(architectures: Sequence[str]) -> dict[str, str]:
     """In a process of its own on the node: vLLM's registry inspects each architecture, through its cache
     (a hit costs a file read, a miss runs vLLM's subprocess and writes the file). Architecture -> outcome."""
     started = time.monotonic()
+    # Ray hides the GPUs from a task that asks for none (CUDA_VISIBLE_DEVICES=""), and vLLM reads an empty
+    # value as "no GPU support"; the server sees its GPUs, and the inspection starts no CUDA either way
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        del os.environ["CUDA_VISIBLE_DEVICES"]
     try:
         from vllm.model_executor.models.registry import ModelRegistry
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()  # as the server does first: a plugin may register or replace architectures
     except Exception as e:  # a node without vLLM, or another vLLM: the servers say what is wrong
         print(f"{SKIPPED_LINE}{e!r}", flush=True)
         return {}
@@ -81,26 +90,29 @@ def inspect_architectures(architectures: Sequence[str]) -> dict[str, str]:
             outcomes[arch] = "ready"
         except Exception as e:  # the server inspects it again, and reports the error where it matters
             outcomes[arch] = f"failed: {e!r}"
-    print(f"{READY_LINE} in {time.monotonic() - started:.1f} s: {outcomes}", flush=True)
+    line = READY_LINE if "ready" in outcomes.values() else NOT_READY_LINE
+    print(f"{line} in {time.monotonic() - started:.1f} s: {outcomes}", flush=True)
     return outcomes
 
 
 def start_model_info(config: Any, environ: Mapping[str, str]) -> list[Any]:
-    """Starts the inspection on every GPU node, without waiting; returns the tasks' refs ([] when skipped)."""
+    """Starts the inspection on every GPU node, without waiting; returns the tasks' refs ([] when skipped).
+    Never raises: whatever goes wrong here, the servers inspect the model themselves."""
     if environ.get(EARLY_ENV, "1") == "0":
         print(f"{SKIPPED_LINE}{EARLY_ENV}=0", flush=True)
         return []
-    archs, why_not = model_info_plan(config)
-    if not archs:
-        print(SKIPPED_LINE + why_not, flush=True)
-        return []
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     try:
+        archs, why_not = model_info_plan(config)
+        if not archs:
+            print(SKIPPED_LINE + why_not, flush=True)
+            return []
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         nodes = gpu_nodes(ray.nodes())
-        # max_calls=1: the process imported vLLM; it ends with the task instead of idling in the pool
-        task = ray.remote(max_calls=1)(inspect_architectures)
+        # max_calls=1: the process imported vLLM; it ends with the task instead of idling in the pool.
+        # max_retries=0: a worker that died is not worth a second import of vLLM on that node
+        task = ray.remote(max_calls=1, max_retries=0)(inspect_architectures)
         return [
             task.options(
                 num_cpus=0,
@@ -108,6 +120,6 @@ def start_model_info(config: Any, environ: Mapping[str, str]) -> list[Any]:
             ).remote(list(archs))
             for node in nodes
         ]
-    except Exception as e:  # never fatal: the servers inspect the model themselves
+    except Exception as e:
         print(f"{SKIPPED_LINE}{e!r}", flush=True)
         return []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,9 @@ def test_architectures_come_from_config_json() -> None:
     assert architectures_of({"architectures": ["A", "", 3, None, "B"]}) == ("A", "B")
     assert architectures_of({"model_type": "qwen2"}) == ()
     assert architectures_of({"architectures": None}) == ()
+    assert architectures_of({"architectures": "Qwen2ForCausalLM"}) == ()  # not a list: not split into letters
+    assert architectures_of({"architectures": 5}) == ()
+    assert architectures_of(["Qwen2ForCausalLM"]) == ()  # a config.json that is not an object
 
 
 def test_plan_reads_the_models_architectures(tmp_path: Path) -> None:
@@ -81,6 +85,24 @@ def test_only_alive_nodes_with_a_gpu_are_warmed() -> None:
     assert gpu_nodes(nodes) == ["actor", "reward"]
 
 
+def test_a_config_json_that_is_not_an_object_starts_nothing(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(["Qwen2ForCausalLM"]))
+    assert model_info_plan(_config(model)) == ((), f"{model / 'config.json'} names no architectures")
+
+
+def test_a_failure_in_the_driver_is_never_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken_plan(config: Any) -> Any:
+        raise PermissionError(13, "Permission denied", "/models/config.json")
+
+    monkeypatch.setattr(vllm_model_info, "model_info_plan", broken_plan)
+    assert start_model_info(_config(tmp_path), {}) == []
+    assert f"{SKIPPED_LINE}PermissionError" in capsys.readouterr().out
+
+
 def test_switched_off_it_starts_nothing_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _model(tmp_path, {"architectures": ["Qwen2ForCausalLM"]})
     assert start_model_info(_config(model), {EARLY_ENV: "0"}) == []  # no Ray is running: none was asked for
@@ -107,6 +129,13 @@ def _vllm_installed() -> bool:
 
 # --------------------------------------------------------- on a real local Ray with a stand-in registry
 
+STAND_IN_PLUGINS = '''
+import os
+
+def load_general_plugins():
+    os.environ["STAND_IN_PLUGINS_LOADED"] = "1"
+'''
+
 STAND_IN_REGISTRY = '''
 import json, os, pathlib
 
@@ -116,7 +145,8 @@ class _Lazy:
 
     def inspect_model_cls(self):
         out = pathlib.Path(os.environ["STAND_IN_MODELINFOS"]) / (self.name + ".json")
-        out.write_text(json.dumps({"pid": os.getpid()}))
+        seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "STAND_IN_PLUGINS_LOADED")}
+        out.write_text(json.dumps({"pid": os.getpid(), **seen}))
 
 class _Broken:
     def inspect_model_cls(self):
@@ -130,19 +160,46 @@ ModelRegistry = _Registry()
 
 
 @pytest.fixture(scope="module")
-def ray_with_a_gpu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    import ray
-
+def stand_in_vllm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding a `vllm` package with only the registry and plugins modules the task uses."""
     root = tmp_path_factory.mktemp("stand-in-vllm")
     package = root / "vllm" / "model_executor" / "models"
     package.mkdir(parents=True)
+    (root / "vllm" / "plugins").mkdir()
     for init in (root / "vllm", root / "vllm" / "model_executor", package):
         (init / "__init__.py").write_text("")
+    (root / "vllm" / "plugins" / "__init__.py").write_text(STAND_IN_PLUGINS)
     (package / "registry.py").write_text(STAND_IN_REGISTRY)
+    (root / "modelinfos").mkdir()
+    return root
+
+
+def test_an_inspection_with_nothing_ready_says_so(
+    stand_in_vllm: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(stand_in_vllm))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what Ray gives a task that asks for no GPU
+    monkeypatch.setenv("STAND_IN_MODELINFOS", str(stand_in_vllm / "modelinfos"))
+    outcomes = vllm_model_info.inspect_architectures(["NotAModelForCausalLM", "BrokenForCausalLM"])
+    assert outcomes["NotAModelForCausalLM"] == "not in vLLM's registry"
+    out = capsys.readouterr().out
+    assert vllm_model_info.NOT_READY_LINE in out and vllm_model_info.READY_LINE not in out
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # an empty value is removed before vLLM is imported
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        del sys.modules[name]  # the stand-in must not outlive the test in this process
+
+
+@pytest.fixture(scope="module")
+def ray_with_a_gpu(stand_in_vllm: Path) -> Iterator[Path]:
+    import ray
+
+    root = stand_in_vllm
     infos = root / "modelinfos"
-    infos.mkdir()
     path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {"PYTHONPATH": path, "STAND_IN_MODELINFOS": str(infos)}
+    # an empty CUDA_VISIBLE_DEVICES, as Ray 2.52 gives a task that asks for no GPU (later Rays may not)
+    env = {"PYTHONPATH": path, "STAND_IN_MODELINFOS": str(infos), "CUDA_VISIBLE_DEVICES": ""}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_ADDRESS", "local")  # never a cluster another test started with `ray start`
         ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, runtime_env={"env_vars": env})
@@ -150,6 +207,7 @@ def ray_with_a_gpu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_the_inspection_runs_on_the_gpu_node_and_its_process_ends(ray_with_a_gpu: Path, tmp_path: Path) -> None:
     import ray
 
@@ -162,6 +220,8 @@ def test_the_inspection_runs_on_the_gpu_node_and_its_process_ends(ray_with_a_gpu
     assert outcomes["BrokenForCausalLM"].startswith("failed: RuntimeError('cannot inspect'")
     assert outcomes["NotAModelForCausalLM"] == "not in vLLM's registry"
     written = json.loads((ray_with_a_gpu / "Qwen2ForCausalLM.json").read_text())
+    # vLLM's plugins were loaded first, and vLLM never saw the empty CUDA_VISIBLE_DEVICES
+    assert written["STAND_IN_PLUGINS_LOADED"] == "1" and written["CUDA_VISIBLE_DEVICES"] is None
     # the task's worker imported "vLLM": it must not stay in Ray's worker pool
     deadline = time.monotonic() + 30
     while _alive(written["pid"]) and time.monotonic() < deadline:
@@ -169,13 +229,17 @@ def test_the_inspection_runs_on_the_gpu_node_and_its_process_ends(ray_with_a_gpu
     assert not _alive(written["pid"])
 
 
-def test_a_node_without_a_gpu_gets_no_inspection(ray_with_a_gpu: Path, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.slow
+def test_a_node_without_a_gpu_gets_no_inspection(
+    ray_with_a_gpu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import ray
 
     cpu_only = [{**n, "Resources": {k: v for k, v in n["Resources"].items() if k != "GPU"}} for n in ray.nodes()]
     monkeypatch.setattr(ray, "nodes", lambda: cpu_only)
     model = _model(tmp_path, {"architectures": ["Qwen2ForCausalLM"]})
     assert start_model_info(_config(model), {}) == []
+    assert SKIPPED_LINE not in capsys.readouterr().out  # nothing failed: there was no node to ask
 
 
 def _alive(pid: int) -> bool:

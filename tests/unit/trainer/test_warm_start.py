@@ -139,6 +139,20 @@ def test_the_kill_switch_turns_the_warm_path_off(verl_defaults: DictConfig, monk
     assert calls == ["actor created", "prepare data"]  # no TransferQueue or vLLM model info started beside it
 
 
+@pytest.mark.parametrize(("warm_start", "expected"), [("1", ["model info"]), ("0", [])])
+def test_verls_older_task_runner_gets_the_model_info_start_too_unless_the_warm_start_is_off(
+    verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch, warm_start: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv(cli.WARM_START_ENV, warm_start)
+    cfg = verl_defaults.copy()
+    with open_dict(cfg):
+        cfg.trainer.use_v1 = False
+    calls: list[str] = []
+    monkeypatch.setattr(cli, "start_model_info", lambda config, environ: calls.append("model info"))
+    cli.task_runner_class(cfg).on_created()
+    assert calls == expected
+
+
 # ------------------------------------------------------------------- TransferQueue beside the TaskRunner
 
 
