@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -305,10 +306,22 @@ def _check(state: dict[str, Any], watch: Any) -> dict[str, Any]:
     return placement_check.check(state["nodes"], state["actors"], state["placement_groups"], *samples).summary()
 
 
-def run_timed(specs: Sequence[run_grpo.RunSpec], paths: run_grpo.Paths, out: Path) -> list[run_grpo.RunResult]:
-    """Timed runs, one after the other and alone on the machine; each saved as soon as it ends."""
+def vllm_model_info_dir(environ: Mapping[str, str]) -> Path:
+    """Pure: where vLLM 0.24 keeps its model-class inspections (vllm/envs.py VLLM_CACHE_ROOT, + modelinfos)."""
+    root = environ.get("VLLM_CACHE_ROOT") or str(Path(environ.get("HOME", "~")) / ".cache" / "vllm")
+    return Path(root).expanduser() / "modelinfos"
+
+
+def run_timed(
+    specs: Sequence[run_grpo.RunSpec], paths: run_grpo.Paths, out: Path, fresh_model_info: bool = False
+) -> list[run_grpo.RunResult]:
+    """Timed runs, one after the other and alone on the machine; each saved as soon as it ends.
+    fresh_model_info: vLLM's model-class cache is removed before each run, as a new trainer pod has none
+    (grpo_trainer.vllm_model_info), so that every run starts as a fresh machine's first run does there."""
     results = []
     for spec in specs:
+        if fresh_model_info:
+            shutil.rmtree(vllm_model_info_dir(os.environ), ignore_errors=True)
         result = run_grpo.run(spec, paths, alone=True)
         result.versions = run_grpo.versions()
         run_grpo.save_result(result, paths, out)
@@ -509,13 +522,19 @@ def call_unmeasured(work: Path, out: Path, extra: Sequence[str]) -> int:
 
 
 def call_pair(
-    order: Sequence[str], wall_cap_s: float, work: Path, out: Path, variants: Sequence[str] = ()
+    order: Sequence[str],
+    wall_cap_s: float,
+    work: Path,
+    out: Path,
+    variants: Sequence[str] = (),
+    fresh_model_info: bool = False,
 ) -> int:
     results = out / "pair"
     specs = timed_pair(order, wall_cap_s, dict(map(parse_variant, variants)))
-    timed = run_timed(specs, run_grpo.Paths(work), results)
+    timed = run_timed(specs, run_grpo.Paths(work), results, fresh_model_info)
     summary: dict[str, Any] = {
         "order": list(order),
+        "fresh_model_info": fresh_model_info,
         "env": {s.name: dict(s.env) for s in specs if s.env},
         "runs": {r.run: result_summary(r) for r in timed},
     }
@@ -608,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--variant", action="append", default=[], metavar="NAME:ENV=VALUE,...",
                    help="pair: one more variant of ours, e.g. ours_nouni:GRPO_VLLM_UNI=0")
     c.add_argument("--wall-cap", type=float, default=270.0, help="pair: seconds each timed run may take")
+    c.add_argument("--fresh-model-info", action="store_true",
+                   help="pair: remove vLLM's model-class cache before each run, as a new trainer pod has none")
     c.add_argument("--timeout", type=float, default=300.0, help="fit: seconds the slot may take")
     c.add_argument(
         "--run", action="append", default=[], help="guardrails: NAME:key=value,... (lr, reward, temperature, steps)"
@@ -628,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.which == "unmeasured":
         return call_unmeasured(a.work, a.out, a.pytest_args)
     if a.which == "pair":
-        return call_pair(a.order.split(","), a.wall_cap, a.work, a.out, a.variant)
+        return call_pair(a.order.split(","), a.wall_cap, a.work, a.out, a.variant, a.fresh_model_info)
     if a.which == "fit":
         return call_fit(a.out, a.timeout)
     if a.which == "guard-act":

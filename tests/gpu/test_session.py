@@ -193,3 +193,30 @@ def test_guard_collapse_is_the_single_word_reward_alone_in_act_mode() -> None:
     assert json.loads(dict(run.env)["GRPO_GUARDRAILS"])["mode"] == "act"
     assert run.steps > 20 + 10 + 8  # the warm-up, the slope window and a k-of-m window after it
     assert run.save_freq is not None and run.save_freq < 10  # a checkpoint before any onset
+
+
+def test_vllms_model_info_cache_is_found_where_vllm_keeps_it() -> None:
+    assert session.vllm_model_info_dir({"HOME": "/home/ray"}) == Path("/home/ray/.cache/vllm/modelinfos")
+    assert session.vllm_model_info_dir({"HOME": "/h", "VLLM_CACHE_ROOT": "/cache/v"}) == Path("/cache/v/modelinfos")
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_fresh_model_info_run_starts_without_vllms_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: bool
+) -> None:
+    cache = tmp_path / "vllm-cache"
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(cache))
+    seen: list[bool] = []
+
+    def run(spec: run_grpo.RunSpec, paths: run_grpo.Paths, alone: bool = True) -> run_grpo.RunResult:
+        seen.append((cache / "modelinfos").exists())
+        (cache / "modelinfos").mkdir(parents=True, exist_ok=True)  # what the run's vLLM server leaves behind
+        (cache / "modelinfos" / "qwen2.json").write_text("{}")
+        return run_grpo.RunResult(spec.name, [], 0, 1.0, None, False, [], None, None, None)
+
+    monkeypatch.setattr(session.run_grpo, "run", run)
+    monkeypatch.setattr(session.run_grpo, "versions", dict)
+    monkeypatch.setattr(session.run_grpo, "save_result", lambda result, paths, out: None)
+    specs = session.timed_pair(["ours", "ours_late_model_info"], 100.0, {})
+    session.run_timed(specs, run_grpo.Paths(tmp_path / "work"), tmp_path / "out", fresh_model_info=fresh)
+    assert seen == ([False, False] if fresh else [False, True])
