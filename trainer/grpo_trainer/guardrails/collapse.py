@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_trainer.guardrails.baseline import WarmupBaseline
+from grpo_trainer.guardrails.config import collapse_reach
 from grpo_trainer.guardrails.latch import Latch
 from grpo_trainer.guardrails.sample import DetectorState, StepSample, finite, rounding_tolerance
 from grpo_trainer.guardrails.stats import theil_sen_slope
@@ -63,7 +64,7 @@ class PolicyCollapse:
         extra = {"rewardStd": spread, "rewardStdBaseline": base["rewardStd"], "rewardRise": rise}
         earliest = None
         if self.entropy_low_since is not None:
-            earliest = max(self.entropy_low_since, s.step - (self.m + self.slope_window) + 1)
+            earliest = max(self.entropy_low_since, s.step - collapse_reach(self.m, self.slope_window) + 1)
             why += f"; entropy under its bound since step {self.entropy_low_since}"
         return self.latch.judge(s.step, out, why, entropy, base["entropy"], extra, earliest_onset=earliest)
 

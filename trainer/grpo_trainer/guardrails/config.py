@@ -73,6 +73,13 @@ class GradSpikeConfig(_Persisting):
     window: int = Field(default=20, ge=10, le=200, description="Steps in the trailing median.")
 
 
+def collapse_reach(m: int, slope_window: int) -> int:
+    """Pure: how many steps policy_collapse's onset can lie before the step it trips on, counted inclusively.
+    The onset goes back to where the entropy fell (grpo_trainer.guardrails.collapse), at most a slope window
+    further than the k-of-m window: the reward may creep up that long after the collapse."""
+    return m + slope_window
+
+
 class PolicyCollapseConfig(_Persisting):
     k: int = Field(default=5, ge=1)
     m: int = Field(default=8, ge=1)
@@ -82,9 +89,7 @@ class PolicyCollapseConfig(_Persisting):
 
     @property
     def reach(self) -> int:
-        # the onset goes back to where the entropy fell (grpo_trainer.guardrails.collapse), at most a slope
-        # window further than the k-of-m window: the reward may creep up that long after the collapse
-        return self.m + self.slope_window
+        return collapse_reach(self.m, self.slope_window)
 
 
 class DegenerateBatchConfig(_Persisting):
