@@ -307,8 +307,10 @@ def _check(state: dict[str, Any], watch: Any) -> dict[str, Any]:
 
 
 def vllm_model_info_dir(environ: Mapping[str, str]) -> Path:
-    """Pure: where vLLM 0.24 keeps its model-class inspections (vllm/envs.py VLLM_CACHE_ROOT, + modelinfos)."""
-    root = environ.get("VLLM_CACHE_ROOT") or str(Path(environ.get("HOME", "~")) / ".cache" / "vllm")
+    """Pure: where vLLM 0.24 keeps its model-class inspections: vllm/envs.py's VLLM_CACHE_ROOT (default
+    $XDG_CACHE_HOME/vllm, and that ~/.cache), + modelinfos."""
+    cache_home = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
+    root = environ.get("VLLM_CACHE_ROOT") or str(Path(cache_home) / "vllm")
     return Path(root).expanduser() / "modelinfos"
 
 

@@ -198,6 +198,8 @@ def test_guard_collapse_is_the_single_word_reward_alone_in_act_mode() -> None:
 def test_vllms_model_info_cache_is_found_where_vllm_keeps_it() -> None:
     assert session.vllm_model_info_dir({"HOME": "/home/ray"}) == Path("/home/ray/.cache/vllm/modelinfos")
     assert session.vllm_model_info_dir({"HOME": "/h", "VLLM_CACHE_ROOT": "/cache/v"}) == Path("/cache/v/modelinfos")
+    assert session.vllm_model_info_dir({"HOME": "/h", "XDG_CACHE_HOME": "/xdg"}) == Path("/xdg/vllm/modelinfos")
+    assert session.vllm_model_info_dir({"XDG_CACHE_HOME": "/xdg", "VLLM_CACHE_ROOT": "/v"}) == Path("/v/modelinfos")
 
 
 @pytest.mark.parametrize("fresh", [True, False])
