@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from grpo_operator.plan import PlanError
 from grpo_operator.reconcile import storage
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
-from grpo_operator.reconcile.retries import Retries
+from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
 from grpo_operator.reconcile.status import merge_conditions
 from grpo_operator.runtime import kube
 
@@ -27,11 +27,19 @@ CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 
 
 def check_storage_later(namespace: str, name: str) -> None:
-    STORAGE_CHECKS.schedule((namespace, name), SETTINGS.storage_check_seconds, lambda: check_storage(namespace, name))
+    STORAGE_CHECKS.schedule(
+        (namespace, name), SETTINGS.storage_check_seconds, lambda: _check_storage_held(namespace, name)
+    )
+
+
+async def _check_storage_held(namespace: str, name: str) -> None:
+    async with JOB_LOCKS.hold((namespace, name)):
+        await check_storage(namespace, name)
 
 
 async def check_storage(namespace: str, name: str) -> None:
-    """While the job waits (Preflight, Pending): say which of its claims cannot bind and why; look again later."""
+    """While the job waits (Preflight, Pending): say which of its claims cannot bind and why; look again later.
+    The caller holds the job's lock (retries.JOB_LOCKS)."""
     job = await kube.get_grpojob(namespace, name)
     status = (job or {}).get("status") or {}
     if job is None or status.get("phase") not in CLAIMS_CHECKED_IN:

@@ -38,7 +38,7 @@ from grpo_operator.reconcile.lifecycle import FORWARDED_FIELDS, Action, edited_f
 from grpo_operator.reconcile.mirror import sync_status
 from grpo_operator.reconcile.preflight import disabled_condition
 from grpo_operator.reconcile.preflight import outcome as preflight_outcome
-from grpo_operator.reconcile.retries import KeyedLocks, Retries
+from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
 from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
@@ -68,10 +68,10 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     if action is Action.CREATE and uid in _SETTLED and not (job.get("status") or {}).get("phase"):
         return  # a body from before our own status write reached us: the children exist
     if action is not Action.NONE:
-        async with LOCKS.hold(key):
+        async with JOB_LOCKS.hold(key):
             await ACTIONS[action](job)
     if guardrail_actions.worth_a_look(job):
-        async with LOCKS.hold(key):
+        async with JOB_LOCKS.hold(key):
             try:
                 await guardrail_actions.act_on_guardrails(namespace, name)
             except Exception:
@@ -90,7 +90,7 @@ async def preflight_job_event(event: dict, body: kopf.Body, namespace: str, labe
     if preflight_job is not None and preflight_outcome(preflight_job, None).state == "running":
         return  # scheduled, started, ready: nothing to say until it ends (one GET per event saved)
     key = (namespace, labels[JOB_LABEL])
-    async with LOCKS.hold(key):
+    async with JOB_LOCKS.hold(key):
         try:
             outcome = await gate.sync(*key, preflight_job=preflight_job,
                                       deleted_digest=rendered_digest(body) if deleted else None)
@@ -110,7 +110,7 @@ async def _retry(namespace: str, name: str) -> None:
         return
     action = next_action(job, listing=True)
     if action in (Action.CREATE, Action.RESYNC):
-        async with LOCKS.hold((namespace, name)):
+        async with JOB_LOCKS.hold((namespace, name)):
             await ACTIONS[action](job)
 
 
@@ -120,7 +120,7 @@ def _retry_later(namespace: str, name: str, delay: float) -> None:
 
 def _retry_guardrails_later(namespace: str, name: str) -> None:
     async def again() -> None:
-        async with LOCKS.hold((namespace, name)):
+        async with JOB_LOCKS.hold((namespace, name)):
             await guardrail_actions.act_on_guardrails(namespace, name)
             await guardrail_actions.start_pending_attempt(namespace, name)
 
@@ -314,7 +314,6 @@ async def _resync(job: dict) -> None:
 _JOB_SLOTS = asyncio.Semaphore(SETTINGS.max_jobs_in_flight)
 ACTIONS = {Action.CREATE: create, Action.APPLY_EDIT: apply_edit, Action.RESYNC: resync}
 RETRIES = Retries()
-LOCKS = KeyedLocks()
 # uids whose children and first status this process wrote: a stale phase-less body is not a new job.
 _SETTLED: set[str] = set()
 

@@ -16,6 +16,7 @@ from grpo_operator.reconcile.common import conditions_hold, parse, write_status
 from grpo_operator.reconcile.guardrail_actions import keep_suspended, start_pending_attempt
 from grpo_operator.reconcile.guardrails import Record
 from grpo_operator.reconcile.lifecycle import TERMINAL_PHASES
+from grpo_operator.reconcile.retries import JOB_LOCKS
 from grpo_operator.reconcile.status import (
     ConditionUpdate,
     Observation,
@@ -37,12 +38,14 @@ async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kop
     rayjob = None if event.get("type") == "DELETED" else dict(body)
     if rayjob is not None and not rayjob.get("status"):
         return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
-    await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
+    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])):
+        await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
 async def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    await sync_status(namespace, labels[JOB_LABEL])
+    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])):
+        await sync_status(namespace, labels[JOB_LABEL])
 
 
 _UNREAD: Any = object()
@@ -52,6 +55,7 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
     """Mirror the children into the GRPOJob's status; start the converter when training completed.
 
     `rayjob`: the RayJob as a watch event delivered it (None: deleted); read from the API when not given.
+    The caller holds the job's lock (retries.JOB_LOCKS): this reads the status and writes it back.
     """
     job = await kube.get_grpojob(namespace, name)
     if job is None:

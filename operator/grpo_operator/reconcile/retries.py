@@ -73,3 +73,9 @@ class KeyedLocks:
 
     def __len__(self) -> int:
         return len(self._locks)
+
+
+# One lock per GRPOJob, keyed (namespace, name). Whatever reads a job's status and writes it back (a merge
+# patch of whole conditions, the phase) holds it: the GRPOJob handlers, the guardrails, status mirroring and
+# the claims' timer. Without it one writer could put back what it read after another had changed it.
+JOB_LOCKS = KeyedLocks()

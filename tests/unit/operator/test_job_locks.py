@@ -1,0 +1,84 @@
+"""Every path that reads a GRPOJob's status and writes it back waits for the job's lock (retries.JOB_LOCKS):
+status mirroring from child events and the claims' timer, beside the GRPOJob handlers that held it already.
+Without it, a mirror working from a status read before the guardrails suspended the job would write the old
+conditions back over theirs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from grpo_operator.reconcile import binding, mirror
+from grpo_operator.reconcile.retries import JOB_LOCKS
+from grpo_operator.render.common import JOB_LABEL
+
+KEY = ("team-a", "tiny")
+
+
+def _runs_only_after_the_lock(start: Callable[[], Awaitable[None]], calls: list[tuple]) -> list[str]:
+    """Hold the job's lock, start the path, and say what it did while held and after release."""
+
+    async def scenario() -> list[str]:
+        seen = []
+        async with JOB_LOCKS.hold(KEY):
+            task = asyncio.create_task(start())
+            for _ in range(20):
+                await asyncio.sleep(0)
+            seen.append(f"while held: {len(calls)} call(s), done={task.done()}")
+        await asyncio.wait_for(task, 5)
+        seen.append(f"after release: {len(calls)} call(s)")
+        return seen
+
+    return asyncio.run(scenario())
+
+
+@pytest.fixture
+def mirrored(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    calls: list[tuple] = []
+
+    async def record(namespace: str, name: str, **kwargs: object) -> None:
+        calls.append((namespace, name, kwargs))
+
+    monkeypatch.setattr(mirror, "sync_status", record)
+    return calls
+
+
+def test_rayjob_event_mirrors_only_under_the_jobs_lock(mirrored: list[tuple]) -> None:
+    body = {"metadata": {"name": "tiny-train"}, "status": {"jobDeploymentStatus": "Running"}}
+    seen = _runs_only_after_the_lock(
+        lambda: mirror.rayjob_event(event={"type": "MODIFIED"}, body=body, namespace=KEY[0],
+                                    labels={JOB_LABEL: KEY[1]}),
+        mirrored,
+    )
+    assert seen == ["while held: 0 call(s), done=False", "after release: 1 call(s)"]
+    assert mirrored[0][:2] == KEY and mirrored[0][2]["rayjob"] == body
+
+
+def test_export_job_event_mirrors_only_under_the_jobs_lock(mirrored: list[tuple]) -> None:
+    seen = _runs_only_after_the_lock(
+        lambda: mirror.export_job_event(namespace=KEY[0], labels={JOB_LABEL: KEY[1]}),
+        mirrored,
+    )
+    assert seen == ["while held: 0 call(s), done=False", "after release: 1 call(s)"]
+
+
+def test_another_jobs_lock_does_not_hold_up_the_mirror(mirrored: list[tuple]) -> None:
+    async def scenario() -> int:
+        async with JOB_LOCKS.hold((KEY[0], "other")):
+            await asyncio.wait_for(mirror.export_job_event(namespace=KEY[0], labels={JOB_LABEL: KEY[1]}), 5)
+            return len(mirrored)
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_claims_timer_checks_only_under_the_jobs_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple] = []
+
+    async def record(namespace: str, name: str) -> None:
+        calls.append((namespace, name))
+
+    monkeypatch.setattr(binding, "check_storage", record)
+    seen = _runs_only_after_the_lock(lambda: binding._check_storage_held(*KEY), calls)
+    assert seen == ["while held: 0 call(s), done=False", "after release: 1 call(s)"]
+    assert calls == [KEY]
