@@ -105,12 +105,13 @@ async def preflight_job_event(event: dict, body: kopf.Body, namespace: str, labe
 
 async def _retry(namespace: str, name: str) -> None:
     """A timer's attempt: on the job as it is now, whatever it still needs (creating, or its RayJob)."""
-    job = await kube.get_grpojob(namespace, name)
-    if job is None:
-        return
-    action = next_action(job, listing=True)
-    if action in (Action.CREATE, Action.RESYNC):
-        async with JOB_LOCKS.hold((namespace, name)):
+    # Read under the lock: a job read before waiting for it may have been edited and handled meanwhile.
+    async with JOB_LOCKS.hold((namespace, name)):
+        job = await kube.get_grpojob(namespace, name)
+        if job is None:
+            return
+        action = next_action(job, listing=True)
+        if action in (Action.CREATE, Action.RESYNC):
             await ACTIONS[action](job)
 
 

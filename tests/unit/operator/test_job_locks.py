@@ -6,10 +6,11 @@ conditions back over theirs."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 import pytest
-from grpo_operator.reconcile import binding, mirror
+from grpo_operator.reconcile import binding, handlers, mirror
 from grpo_operator.reconcile.retries import JOB_LOCKS
 from grpo_operator.render.common import JOB_LABEL
 
@@ -72,13 +73,32 @@ def test_another_jobs_lock_does_not_hold_up_the_mirror(mirrored: list[tuple]) ->
     assert asyncio.run(scenario()) == 1
 
 
-def test_claims_timer_checks_only_under_the_jobs_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_claims_timer_schedules_its_check_under_the_jobs_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple] = []
 
     async def record(namespace: str, name: str) -> None:
         calls.append((namespace, name))
 
     monkeypatch.setattr(binding, "check_storage", record)
-    seen = _runs_only_after_the_lock(lambda: binding._check_storage_held(*KEY), calls)
-    assert seen == ["while held: 0 call(s), done=False", "after release: 1 call(s)"]
-    assert calls == [KEY]
+    monkeypatch.setattr(binding, "SETTINGS", dataclasses.replace(binding.SETTINGS, storage_check_seconds=0.0))
+
+    async def scenario() -> list[str]:
+        seen = []
+        async with JOB_LOCKS.hold(KEY):
+            binding.check_storage_later(*KEY)
+            await asyncio.sleep(0.05)
+            seen.append(f"while held: {len(calls)} call(s)")
+        for _ in range(100):
+            if calls:
+                break
+            await asyncio.sleep(0.01)
+        seen.append(f"after release: {len(calls)} call(s)")
+        return seen
+
+    assert asyncio.run(scenario()) == ["while held: 0 call(s)", "after release: 1 call(s)"]
+
+
+def test_handlers_mirror_and_claims_timer_share_one_lock_per_job() -> None:
+    assert handlers.JOB_LOCKS is JOB_LOCKS
+    assert mirror.JOB_LOCKS is JOB_LOCKS
+    assert binding.JOB_LOCKS is JOB_LOCKS
