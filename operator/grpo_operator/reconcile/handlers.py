@@ -10,6 +10,7 @@ jobs is hundreds of awaits in flight rather than a queue in front of a thread po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -68,7 +69,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     if action is Action.CREATE and uid in _SETTLED and not (job.get("status") or {}).get("phase"):
         return  # a body from before our own status write reached us: the children exist
     if action is not Action.NONE:
-        async with JOB_LOCKS.hold(key):
+        async with _slot(action), JOB_LOCKS.hold(key):
             await ACTIONS[action](job)
     if guardrail_actions.worth_a_look(job):
         async with JOB_LOCKS.hold(key):
@@ -106,7 +107,8 @@ async def preflight_job_event(event: dict, body: kopf.Body, namespace: str, labe
 async def _retry(namespace: str, name: str) -> None:
     """A timer's attempt: on the job as it is now, whatever it still needs (creating, or its RayJob)."""
     # Read under the lock: a job read before waiting for it may have been edited and handled meanwhile.
-    async with JOB_LOCKS.hold((namespace, name)):
+    # The slot first, as for every create and resync: this acts only by creating or resyncing.
+    async with _JOB_SLOTS, JOB_LOCKS.hold((namespace, name)):
         job = await kube.get_grpojob(namespace, name)
         if job is None:
             return
@@ -132,17 +134,8 @@ async def create(job: dict) -> None:
     """Validate, check what the job needs exists, create the children once, write the first status.
 
     Refused input gets phase Invalid, a condition and an Event naming the field; a missing PVC or
-    ConfigMap is looked for again every `dependency_retry_seconds`.
-
-    At most `max_jobs_in_flight` jobs at once: a burst of 1000 otherwise rendered all 1000 jobs' children
-    at once to wait in the request queue, and the heap kept that high-water mark afterwards. The
-    apiserver takes creates no faster either way.
+    ConfigMap is looked for again every `dependency_retry_seconds`. The caller holds a slot and the lock.
     """
-    async with _JOB_SLOTS:
-        await _create(job)
-
-
-async def _create(job: dict) -> None:
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     RETRIES.cancel((namespace, name))
@@ -289,13 +282,8 @@ async def apply_edit(job: dict) -> None:
 async def resync(job: dict) -> None:
     """Seen afresh (operator start, re-list): the children may have moved on while nobody watched.
 
-    Within the same `max_jobs_in_flight` as creation: a restart lists every job at once.
+    The caller holds a slot and the lock.
     """
-    async with _JOB_SLOTS:
-        await _resync(job)
-
-
-async def _resync(job: dict) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     if "specDigests" not in status:  # written by an operator before specDigests: record them now
         await kube.patch_grpojob_status(meta["namespace"], meta["name"], {"specDigests": spec_digests(job["spec"])})
@@ -312,7 +300,20 @@ async def _resync(job: dict) -> None:
         check_storage_later(meta["namespace"], meta["name"])
 
 
+# At most `max_jobs_in_flight` creates and resyncs at once: a burst of 1000 jobs otherwise rendered all 1000
+# jobs' children at once to wait in the request queue, and the heap kept that high-water mark afterwards (the
+# apiserver takes creates no faster either way); a restart lists every job at once.
 _JOB_SLOTS = asyncio.Semaphore(SETTINGS.max_jobs_in_flight)
+_SLOTTED = frozenset({Action.CREATE, Action.RESYNC})
+
+
+def _slot(action: Action) -> contextlib.AbstractAsyncContextManager:
+    """A slot for the actions that need one, always taken before the job's lock and never while holding a
+    lock: a job queued for a slot would otherwise hold its lock the whole wait, and its status mirroring and
+    guardrail retries (a suspend) with it, behind up to every other job's create or resync."""
+    return _JOB_SLOTS if action in _SLOTTED else contextlib.nullcontext()
+
+
 ACTIONS = {Action.CREATE: create, Action.APPLY_EDIT: apply_edit, Action.RESYNC: resync}
 RETRIES = Retries()
 # uids whose children and first status this process wrote: a stale phase-less body is not a new job.

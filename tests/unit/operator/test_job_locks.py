@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from grpo_operator.reconcile import binding, handlers, mirror
+from grpo_operator.reconcile.lifecycle import Action
 from grpo_operator.reconcile.retries import JOB_LOCKS
 from grpo_operator.render.common import JOB_LABEL
 
@@ -102,3 +103,59 @@ def test_handlers_mirror_and_claims_timer_share_one_lock_per_job() -> None:
     assert handlers.JOB_LOCKS is JOB_LOCKS
     assert mirror.JOB_LOCKS is JOB_LOCKS
     assert binding.JOB_LOCKS is JOB_LOCKS
+
+
+@pytest.fixture
+def one_slot(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """One create/resync slot, and creates that only record the job's name."""
+    created: list[str] = []
+
+    async def record(job: dict) -> None:
+        created.append(job["metadata"]["name"])
+
+    monkeypatch.setattr(handlers, "_JOB_SLOTS", asyncio.Semaphore(1))
+    monkeypatch.setitem(handlers.ACTIONS, Action.CREATE, record)
+    return created
+
+
+def _while_the_slots_are_taken(start: Callable[[], Awaitable[None]], created: list[str],
+                               mirrored: list[tuple]) -> list[str]:
+    """Take every slot (other jobs' creates), start the path, mirror the same job, then free the slots."""
+
+    async def scenario() -> list[str]:
+        seen = []
+        async with handlers._JOB_SLOTS:
+            task = asyncio.create_task(start())
+            for _ in range(20):
+                await asyncio.sleep(0)
+            mirror_done, _ = await asyncio.wait(
+                [asyncio.create_task(mirror.export_job_event(namespace=KEY[0], labels={JOB_LABEL: KEY[1]}))],
+                timeout=1)
+            seen.append(f"slots taken: created={created}, mirrored={len(mirrored)}, "
+                        f"mirror done={bool(mirror_done)}, path done={task.done()}")
+        await asyncio.wait_for(task, 5)
+        seen.append(f"slot freed: created={created}")
+        return seen
+
+    return asyncio.run(scenario())
+
+
+def test_job_queued_for_a_slot_does_not_hold_its_lock(one_slot: list[str], mirrored: list[tuple]) -> None:
+    body = {"metadata": {"namespace": KEY[0], "name": KEY[1], "uid": "uid-tiny", "generation": 1}, "spec": {}}
+    seen = _while_the_slots_are_taken(
+        lambda: handlers.grpojob_event(event={"type": "ADDED"}, body=body, namespace=KEY[0], name=KEY[1],
+                                       uid="uid-tiny"),
+        one_slot, mirrored)
+    assert seen == ["slots taken: created=[], mirrored=1, mirror done=True, path done=False",
+                    "slot freed: created=['tiny']"]
+
+
+def test_retry_queued_for_a_slot_does_not_hold_the_jobs_lock(monkeypatch: pytest.MonkeyPatch, one_slot: list[str],
+                                                             mirrored: list[tuple]) -> None:
+    async def get_grpojob(namespace: str, name: str) -> dict:
+        return {"metadata": {"namespace": namespace, "name": name, "generation": 1}, "spec": {}}
+
+    monkeypatch.setattr(handlers.kube, "get_grpojob", get_grpojob)
+    seen = _while_the_slots_are_taken(lambda: handlers._retry(*KEY), one_slot, mirrored)
+    assert seen == ["slots taken: created=[], mirrored=1, mirror done=True, path done=False",
+                    "slot freed: created=['tiny']"]
