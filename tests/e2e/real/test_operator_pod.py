@@ -40,6 +40,33 @@ def http_get(url: str) -> tuple[int, str]:
         return response.status, response.read().decode()
 
 
+# The kubelet's words for a probe that got no answer within timeoutSeconds (Go's HTTP client).
+PROBE_TIMEOUT = ("context deadline exceeded", "Client.Timeout exceeded")
+
+
+def probe_failures_beyond_slowness(events: list[dict], failure_threshold: int) -> list[str]:
+    """Liveness failures a working operator would not have: any refused connection or wrong status (a wrong
+    port or path), and timeouts as many as the kubelet restarts for. A timeout or two below the threshold is
+    what the threshold is there for: on a 2-core CI box a converter pod importing torch beside the operator
+    delayed one answer past the probe's 5 s (23:10 on 2026-12-04, with no restart)."""
+    unhealthy = [e for e in events if e["reason"] == "Unhealthy"]
+    timeouts = [e for e in unhealthy if any(words in e["message"] for words in PROBE_TIMEOUT)]
+    other = [e["message"] for e in unhealthy if e not in timeouts]
+    timed_out = sum(e.get("count") or 1 for e in timeouts)
+    return other + ([f"{timed_out} probe timeouts"] if timed_out >= failure_threshold else [])
+
+
+def test_liveness_failures_beyond_slowness_are_named() -> None:
+    timeout = {"reason": "Unhealthy", "message": 'Liveness probe failed: Get "http://10.244.0.10:8081/healthz": '
+               "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"}
+    refused = {"reason": "Unhealthy", "message": 'Liveness probe failed: Get "http://10.244.0.10:8081/healthz": '
+               "dial tcp 10.244.0.10:8081: connect: connection refused"}
+    assert probe_failures_beyond_slowness([timeout], 3) == []
+    assert probe_failures_beyond_slowness([{**timeout, "count": 3}], 3) == ["3 probe timeouts"]
+    assert probe_failures_beyond_slowness([timeout, refused], 3) == [refused["message"]]
+    assert probe_failures_beyond_slowness([{"reason": "Pulled", "message": "pulled"}], 3) == []
+
+
 def test_operator_pod_runs_on_the_real_node_from_the_built_image(
         real_node: LocalCluster, operator_pod: Release, node_images: NodeImages) -> None:
     pod = the_pod(real_node, operator_pod)
@@ -70,7 +97,8 @@ def test_operator_pod_passes_its_liveness_probe_and_never_restarts(
         raise AssertionError(f"the operator restarted: {status.get('lastState')}; its log before:\n{previous}")
     events = items(real_node, "events", "-n", operator_pod.namespace,
                    f"--field-selector=involvedObject.name={pod['metadata']['name']}")
-    assert not [e["message"] for e in events if e["reason"] in ("Unhealthy", "BackOff", "Failed")]
+    assert not [e["message"] for e in events if e["reason"] in ("BackOff", "Failed")]
+    assert not probe_failures_beyond_slowness(events, probe["failureThreshold"])
     # The host reaches the pod through the node's bridge: the same endpoint the kubelet probes.
     code, body = http_get(f"http://{pod['status']['podIP']}:{ports[probe['httpGet']['port']]}/healthz")
     assert code == 200, body
