@@ -113,7 +113,7 @@ async def _retry(namespace: str, name: str) -> None:
         if job is None:
             return
         action = next_action(job, listing=True)
-        if action in (Action.CREATE, Action.RESYNC):
+        if action in _SLOTTED:
             await ACTIONS[action](job)
 
 
