@@ -175,19 +175,9 @@ class RayCluster:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            try:
-                out = subprocess.run(
-                    [sys.executable, "-c", NODES_ALIVE, self.address],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                    env=cluster_env(),
-                    timeout=max(5.0, min(60.0, remaining)),
-                )
-            except subprocess.TimeoutExpired:
-                continue
-            if out.returncode == 0:
-                probe = json.loads(out.stdout.strip().splitlines()[-1])
+            code, stdout = self._probe(max(5.0, min(60.0, remaining)))
+            if code == 0:
+                probe = json.loads(stdout.strip().splitlines()[-1])
                 seen, self.last_job = probe["alive"], job_number(probe["job"])
                 if probe.get("session_dir"):
                     self.session_dir = Path(probe["session_dir"])
@@ -196,6 +186,21 @@ class RayCluster:
             time.sleep(2)
         self.stop()
         raise TimeoutError(f"Ray nodes {sorted(names)} not all alive after {timeout_s:.0f} s (alive: {seen})")
+
+    def _probe(self, timeout_s: float) -> tuple[int | None, str]:
+        """NODES_ALIVE's exit code and output; (None, "") when it timed out or a node's `ray start` died meanwhile
+        (a probe of a GCS that never came up would otherwise wait out its whole timeout)."""
+        probe = subprocess.Popen([sys.executable, "-c", NODES_ALIVE, self.address], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True, env=cluster_env())
+        deadline = time.monotonic() + timeout_s
+        while probe.poll() is None:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self._procs):
+                probe.kill()
+                probe.communicate()
+                return None, ""
+            time.sleep(0.2)
+        stdout, _ = probe.communicate()
+        return probe.returncode, stdout
 
     def reserve_job_number(self, slot: int) -> int:
         """Connect drivers until the next job's number is slot+1 modulo JOB_MODULUS; returns that number."""

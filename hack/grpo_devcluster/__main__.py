@@ -1,6 +1,6 @@
 """grpo-devcluster: build, start, stop and inspect the local control plane.
 
-  grpo-devcluster build            build every component (cached under ~/.cache/grpo-devcluster)
+  grpo-devcluster build [NAME..]   build every component, or the named ones (cached under ~/.cache/grpo-devcluster)
   grpo-devcluster images [NAME..]  build the operator and trainer images with buildah from their Dockerfiles
                                    (cached); with a running real node, import them into it
                                    (NAME: operator, trainer = its rehearsal variant, trainer-full)
@@ -18,7 +18,8 @@ import sys
 import time
 
 from . import build, images, processes
-from .cluster import LocalCluster, default_workdir
+from .cluster import LocalCluster, Ports, default_workdir
+from .components import ALL
 from .errors import DevClusterError
 
 
@@ -26,23 +27,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo-devcluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "images", "start", "stop", "status", "env"])
-    parser.add_argument("names", nargs="*", help="images: which to build (default: operator trainer)")
+    parser.add_argument("names", nargs="*", help="build: which components (default: all); "
+                        "images: which images (default: operator trainer)")
     parser.add_argument("--real-node", action="store_true", help="start: with the real node (containerd + kubelet)")
     parser.add_argument("--dir", default=None, help=f"working directory (default {default_workdir()})")
     parser.add_argument("--ray-job-seconds", type=float, default=5.0,
                         help="how long simulated Ray jobs report RUNNING before they succeed")
+    parser.add_argument("--build-only", action="store_true",
+                        help="images: build them, import them into no running cluster's node")
+    parser.add_argument("--free-ports", action="store_true",
+                        help="start: on ports the kernel says are free (default: fixed ports, see Ports)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
             started = time.monotonic()
-            built = build.build_all()
+            by_name = {c.name: c for c in ALL}
+            unknown = sorted(set(args.names) - set(by_name))
+            if unknown:
+                print(f"grpo-devcluster: unknown component {unknown}; choose from {sorted(by_name)}", file=sys.stderr)
+                return 2
+            built = build.build_all(tuple(by_name[n] for n in args.names) if args.names else ALL)
             for name, path in built.items():
                 print(f"{name}: {path}")
             print(f"all built in {time.monotonic() - started:.0f}s")
         elif args.command == "images":
-            return build_images(args.names or ["operator", "trainer"], args.dir)
+            return build_images(args.names or ["operator", "trainer"], args.dir, args.build_only)
         elif args.command == "start":
-            LocalCluster(args.dir, ray_job_running_seconds=args.ray_job_seconds, real_node=args.real_node).start()
+            ports = Ports.free() if args.free_ports else None
+            LocalCluster(args.dir, ports, ray_job_running_seconds=args.ray_job_seconds,
+                         real_node=args.real_node).start()
         elif args.command == "stop":
             cluster = LocalCluster.attach(args.dir)
             ports = list(cluster.ports.owners())
@@ -67,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_images(names: list[str], workdir: str | None) -> int:
+def build_images(names: list[str], workdir: str | None, build_only: bool = False) -> int:
     unknown = sorted(set(names) - set(images.RECIPES))
     if unknown:
         print(f"grpo-devcluster: unknown image {unknown}; choose from {sorted(images.RECIPES)}", file=sys.stderr)
@@ -78,7 +91,7 @@ def build_images(names: list[str], workdir: str | None) -> int:
         took = f"built in {image.seconds:.0f}s" if image.seconds else "cached"
         print(f"{name}: {image.reference} ({image.size}, {took})")
     try:
-        cluster = LocalCluster.attach(workdir)
+        cluster = None if build_only else LocalCluster.attach(workdir)
     except DevClusterError:
         cluster = None
     if cluster is not None and cluster.real_node:

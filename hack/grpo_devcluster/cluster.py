@@ -23,6 +23,7 @@ from . import node as node_mod
 from .build import build_all, cache_root, component_dir, go_version
 from .components import ALL, COREDNS, ETCD, HELM, KUBELET, KUBERAY, KUBERNETES, KWOK
 from .errors import DevClusterError
+from .kubeapi import KubeApi
 
 # Loopback ranges, so that no address the cluster hands out is routable: the API server takes a
 # loopback service range; KWOK hands pods loopback IPs and nodes a loopback InternalIP.
@@ -96,6 +97,7 @@ class LocalCluster:
         self._bins: dict[str, Path] = {}
         # What each component was started with, so a fault test can kill it and start it again.
         self._launched: dict[str, tuple[list[str], dict[str, str] | None]] = {}
+        self._api: KubeApi | None = None
 
     # -- paths ---------------------------------------------------------------------------------------
     @property
@@ -125,6 +127,13 @@ class LocalCluster:
     @property
     def dashboard_standin_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.dashboard_standin}"
+
+    @property
+    def api(self) -> KubeApi:
+        """A keep-alive API client as the cluster's admin (waits and reads cost a request, not a process)."""
+        if self._api is None:
+            self._api = KubeApi.from_kubeconfig(self.kubeconfig)
+        return self._api
 
     def bin(self, name: str) -> Path:
         return self._bins[name]
@@ -193,7 +202,7 @@ class LocalCluster:
     def _stop_node(self, pids: dict[str, int], changes: dict) -> None:
         recorded = node_mod.changes_from_state(changes)
         if "kube-apiserver" in pids and processes.alive(pids["kube-apiserver"]) and "kubectl" in self._bins:
-            node_mod.drain(self.kubectl)
+            node_mod.drain(self.kubectl, self.api)
         holder = pids.get("node-namespaces")
         mount_ns = node_mod.mount_namespace(holder) if holder else None
         for name in NODE_PROCESSES:
@@ -264,17 +273,16 @@ class LocalCluster:
         self.kubectl(*args, input=yaml.safe_dump_all(docs))
 
     def wait_established(self, *crds: str, timeout: float = 60) -> None:
-        """Poll, because `kubectl wait` fails outright while a new CRD has no conditions yet."""
-        deadline = time.monotonic() + timeout
+        """Watch each CRD until it is Established (`kubectl wait` fails outright while it has no conditions)."""
+        def established(crd: dict | None) -> bool:
+            conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
         for crd in crds:
-            while True:
-                result = self.kubectl("get", f"crd/{crd}", "-o",
-                                      'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-                if result.stdout.strip() == "True":
-                    break
-                if time.monotonic() > deadline:
-                    raise DevClusterError("kube-apiserver", f"CRD {crd} not Established after {timeout:.0f}s")
-                time.sleep(0.2)
+            try:
+                self.api.wait("customresourcedefinitions", crd, None, established, timeout, f"CRD {crd} Established")
+            except AssertionError as exc:
+                raise DevClusterError("kube-apiserver", str(exc)) from None
 
     # -- components ----------------------------------------------------------------------------------
     def _check_ports(self) -> None:
@@ -411,11 +419,11 @@ class LocalCluster:
         self.wait_established("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
         self.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "nodes", "--all", timeout=90)
         # The `default` namespace's ServiceAccount comes from kube-controller-manager; pods need it.
-        deadline = time.monotonic() + 60
-        while self.kubectl("get", "serviceaccount", "default", check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                raise DevClusterError("kube-controller-manager", "never created the default ServiceAccount")
-            time.sleep(0.3)
+        try:
+            self.api.wait("serviceaccounts", "default", "default", lambda sa: sa is not None, 60,
+                          "the default ServiceAccount")
+        except AssertionError:
+            raise DevClusterError("kube-controller-manager", "never created the default ServiceAccount") from None
 
     def _start_dashboard_standin(self) -> None:
         p = self.ports
@@ -457,8 +465,9 @@ class LocalCluster:
         # Recorded before anything changes, so a failed start is undone by stop() like a finished one.
         self.node.on_change = self._record_node
         buildah = images.Buildah(log=self.log)
-        pause = images.build_pause(buildah)
-        self.node.start([pause], lambda ref: images.export_command(buildah, ref))
+        with images.build_lock():
+            pause = images.build_pause(buildah)
+        self.node.start([pause], images.NodeImageExport(buildah))
         print(f"[devcluster] real node {node_config.NODE_NAME} Ready in {time.monotonic() - started:.1f}s",
               file=self.log, flush=True)
 
@@ -476,6 +485,7 @@ class LocalCluster:
             raise DevClusterError("real node", f"the cluster of {self.workdir} runs no real node")
         self.node = self._make_node()
         self.node.holder_pid = self._pids.get("node-namespaces")
+        self.node.changes = node_mod.changes_from_state(self._node_changes)
 
     def stop_node(self) -> None:
         """Stop the real node and undo what it changed on the host; the control plane keeps running."""
@@ -489,7 +499,7 @@ class LocalCluster:
             raise DevClusterError("real node", "this cluster has no real node (LocalCluster(real_node=True))")
         built = images.build_node_images(which, log=self.log)
         buildah = images.Buildah(log=self.log)
-        self.node.load_images([b.reference for b in built.values()], lambda ref: images.export_command(buildah, ref))
+        self.node.load_images([b.reference for b in built.values()], images.NodeImageExport(buildah))
         return {name: b.reference for name, b in built.items()}
 
     def _record_node(self, changes: dict) -> None:

@@ -17,19 +17,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import hashlib
+import io
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from .build import cache_root
 from .errors import DevClusterError
@@ -405,16 +410,91 @@ def export_command(buildah: Buildah, reference: str) -> list[str]:
     return buildah.argv("push", "--quiet", reference, f"docker-archive:/dev/stdout:{reference}")
 
 
+def content_store_blobs(containerd_root: Path) -> dict[str, int]:
+    """digest -> size of every blob a containerd holds (the files of its content store)."""
+    blobs = containerd_root / "io.containerd.content.v1.content" / "blobs" / "sha256"
+    if not blobs.is_dir():
+        return {}
+    return {f"sha256:{p.name}": p.stat().st_size for p in blobs.iterdir() if p.is_file()}
+
+
+OCI_NAME_ANNOTATION = "io.containerd.image.name"
+
+
+def write_oci_archive_of_new_blobs(buildah: Buildah, reference: str, present: dict[str, int], out: BinaryIO,
+                                   scratch: Path) -> int:
+    """An OCI archive of `reference` on `out` that carries only the blobs containerd lacks (`present`: what it
+    has), for `ctr images import`, which takes the rest from its content store. Returns the bytes of blobs sent.
+
+    A rebuilt trainer image differs from the one imported last in its top layers (our sources); its 6 GB
+    dependency layer is the same blob. buildah pushes into an OCI layout holding a sparse stand-in of the right
+    size for every blob containerd has (its blob reuse looks at the file's existence and size), so it writes only
+    the new ones; layers are pushed uncompressed, so their digests are the ones a docker-archive import stored."""
+    layout = scratch / "layout"
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (layout / "index.json").write_text('{"schemaVersion": 2, "manifests": []}')
+    stand_ins = set()
+    for digest, size in present.items():
+        name = digest.split(":", 1)[1]
+        with open(blobs / name, "wb") as handle:
+            handle.truncate(size)  # sparse: no disk taken
+        stand_ins.add(name)
+    buildah.run("push", "--quiet", "--disable-compression", "--format", "oci", reference, f"oci:{layout}:{reference}",
+                what=f"pushing {reference} into an OCI layout")
+    index = json.loads((layout / "index.json").read_text())
+    for manifest in index["manifests"]:
+        manifest.setdefault("annotations", {})[OCI_NAME_ANNOTATION] = reference
+    sent = 0
+    with tarfile.open(fileobj=out, mode="w|") as archive:
+        small = (("oci-layout", (layout / "oci-layout").read_bytes()), ("index.json", json.dumps(index).encode()))
+        for name, data in small:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for blob in sorted(blobs.iterdir()):
+            if blob.name not in stand_ins:
+                archive.add(blob, arcname=f"blobs/sha256/{blob.name}")
+                sent += blob.stat().st_size
+    return sent
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One builder of our images at a time, across processes: hack/test builds them while the cluster starts in
+    another process, whose real node builds the pause image; two builders would both build what is missing."""
+    images_dir().mkdir(parents=True, exist_ok=True)
+    with open(images_dir() / ".build.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def build_node_images(which: Iterable[str] = ("operator", "trainer"), log=sys.stderr) -> dict[str, BuiltImage]:
     """Build (or take from the cache) the named images of RECIPES; the base and the pause image too."""
     buildah = Buildah(log=log)
-    base = build_base(buildah)
-    build_pause(buildah)
-    built: dict[str, BuiltImage] = {}
-    for name in which:
-        recipe = RECIPES[name]
-        lock = ROOT / Path(recipe.dockerfile).parent / recipe.lock
-        platform = ROOT / Path(recipe.dockerfile).parent / "platform.sh"
-        wheels = wheelhouse(lock, platform, log) if lock.is_file() and platform.is_file() else None
-        built[name] = build_image(buildah, recipe, base, wheels=wheels)
+    with build_lock():
+        base = build_base(buildah)
+        build_pause(buildah)
+        built: dict[str, BuiltImage] = {}
+        for name in which:
+            recipe = RECIPES[name]
+            lock = ROOT / Path(recipe.dockerfile).parent / recipe.lock
+            platform = ROOT / Path(recipe.dockerfile).parent / "platform.sh"
+            wheels = wheelhouse(lock, platform, log) if lock.is_file() and platform.is_file() else None
+            built[name] = build_image(buildah, recipe, base, wheels=wheels)
     return built
+
+
+@dataclass(frozen=True)
+class NodeImageExport:
+    """How our images go from buildah's storage into a node's containerd: whole (a docker-archive stream), or
+    only their blobs containerd lacks (an OCI archive, when it holds an earlier build of the same image)."""
+
+    buildah: Buildah
+
+    def whole(self, reference: str) -> list[str]:
+        return export_command(self.buildah, reference)
+
+    def new_blobs(self, reference: str, present: dict[str, int], out: BinaryIO, scratch: Path) -> int:
+        return write_oci_archive_of_new_blobs(self.buildah, reference, present, out, scratch)

@@ -223,7 +223,13 @@ def _in(key: str, *values: str) -> dict:
     return {"key": key, "operator": "In", "values": list(values)}
 
 
-def stages(pod_ready_delay_ms: int = 500) -> list[dict]:
+# How long KWOK holds a pod in each stage (Pending to Running, Running to done). Nothing waits on a pod being
+# between stages for a while, so a tenth of a second: every GRPOJob's preflight pod and every Ray pod pass
+# through two of them.
+POD_STAGE_DELAY_MS = 100
+
+
+def stages(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> list[dict]:
     """The node and pod lifecycle KWOK simulates: nodes go Ready and heartbeat; pods run; Job pods finish."""
     ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
     not_deleted = _exists(".metadata.deletionTimestamp", False)
@@ -319,5 +325,5 @@ def node_manifests(pools: tuple[NodePool, ...] = DEFAULT_POOLS) -> list[dict]:
     return [node_manifest(pool, i) for pool in pools for i in range(pool.count)]
 
 
-def kwok_config_yaml(pod_ready_delay_ms: int = 500) -> str:
+def kwok_config_yaml(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> str:
     return yaml.safe_dump_all(stages(pod_ready_delay_ms), sort_keys=False)

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,10 +30,11 @@ from pathlib import Path
 
 import yaml
 
+from . import images, node_volumes, processes
 from . import node_config as cfg
-from . import node_volumes, processes
 from . import pki as pki_mod
 from .errors import DevClusterError
+from .kubeapi import ApiError, KubeApi
 
 # Host paths the kubelet, containerd, runc and the CNI plugins write whatever their configuration says.
 FIXED_HOST_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/etc/cni",
@@ -116,6 +118,7 @@ class RealNode:
         self.kubectl = kubectl
         self.log = log
         self.changes = HostChanges()
+        self._api: KubeApi | None = None
         self.holder_pid: int | None = None
         # Told each time the record of host changes grows (the cluster saves it in state.json).
         self.on_change: Callable[[dict], None] = lambda _: None
@@ -197,8 +200,8 @@ class RealNode:
         p.corefile.write_text(cfg.corefile(p.coredns_kubeconfig))
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self, images: list[str], export: Callable[[str], list[str]]) -> None:
-        """Bring the node up and Ready, with `images` in its containerd (see load_images)."""
+    def start(self, references: list[str], export: images.NodeImageExport) -> None:
+        """Bring the node up and Ready, with the images `references` names in its containerd (see load_images)."""
         check_host()
         self._record_host()
         self.on_change(changes_to_state(self.changes))
@@ -208,7 +211,7 @@ class RealNode:
         self._write_configs()
         self._forward_apiserver()
         self._start_containerd()
-        self.load_images(images, export)
+        self.load_images(references, export)
         self._apply_rbac()
         self._start_coredns()
         self._start_kubelet()
@@ -239,29 +242,64 @@ class RealNode:
     def image_names(self) -> set[str]:
         return set(self._ctr("images", "list", "--quiet").stdout.split())
 
-    def load_images(self, references: list[str], export: Callable[[str], list[str]]) -> list[str]:
-        """Import each image the node's containerd lacks; `export(ref)` is a command writing a docker archive
-        of it to stdout, piped into `ctr images import -`. containerd's root outlives runs: it is the cache.
-        Returns the references imported."""
+    def load_images(self, references: list[str], export: images.NodeImageExport) -> list[str]:
+        """Import each image the node's containerd lacks. containerd's root outlives runs: it is the cache. When it
+        holds an earlier build of the same image (a source change rebuilt its top layers), only the new blobs are
+        sent; otherwise the whole image is streamed. Returns the references imported."""
         present = self.image_names()
         imported = []
         for reference in references:
             if reference in present:
                 continue
             started = time.monotonic()
-            importer = ["ctr", "--address", str(self.paths.containerd_socket), "--namespace", "k8s.io",
-                        "images", "import", "-"]
-            source = subprocess.Popen(export(reference), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            sink = subprocess.run(importer, stdin=source.stdout, capture_output=True, text=True, check=False)
-            assert source.stdout is not None
-            source.stdout.close()
-            _, export_err = source.communicate()
-            if source.returncode != 0 or sink.returncode != 0:
-                raise DevClusterError("real node", f"importing {reference} failed: "
-                                      f"{export_err.decode(errors='replace').strip()} {sink.stderr.strip()}")
-            print(f"[real node] imported {reference} in {time.monotonic() - started:.0f}s", file=self.log, flush=True)
+            repository = reference.rpartition(":")[0]
+            earlier = sorted(name for name in present if name.rpartition(":")[0] == repository)
+            how = "whole"
+            if earlier:
+                try:
+                    how = f"{self._import_new_blobs(reference, export) / 1e6:.0f} MB of new blobs"
+                except DevClusterError as exc:
+                    print(f"[real node] importing only the new blobs of {reference} failed, importing it whole: "
+                          f"{exc}", file=self.log, flush=True)
+            if how == "whole":
+                self._import_whole(reference, export)
+            for name in earlier:  # their layers stay as long as the new build uses them
+                self._ctr("images", "remove", name, check=False)
+            print(f"[real node] imported {reference} in {time.monotonic() - started:.0f}s ({how})", file=self.log,
+                  flush=True)
             imported.append(reference)
         return imported
+
+    def _importer(self) -> list[str]:
+        return ["ctr", "--address", str(self.paths.containerd_socket), "--namespace", "k8s.io", "images", "import", "-"]
+
+    def _import_whole(self, reference: str, export: images.NodeImageExport) -> None:
+        source = subprocess.Popen(export.whole(reference), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        sink = subprocess.run(self._importer(), stdin=source.stdout, capture_output=True, text=True, check=False)
+        assert source.stdout is not None
+        source.stdout.close()
+        _, export_err = source.communicate()
+        if source.returncode != 0 or sink.returncode != 0:
+            raise DevClusterError("real node", f"importing {reference} failed: "
+                                  f"{export_err.decode(errors='replace').strip()} {sink.stderr.strip()}")
+
+    def _import_new_blobs(self, reference: str, export: images.NodeImageExport) -> int:
+        blobs = images.content_store_blobs(self.paths.containerd_root)
+        self.paths.cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="oci-import-", dir=self.paths.cache) as scratch:
+            sink = subprocess.Popen(self._importer(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            assert sink.stdin is not None
+            try:
+                sent = export.new_blobs(reference, blobs, sink.stdin, Path(scratch))
+            except BaseException:
+                sink.kill()
+                sink.communicate()
+                raise
+            _, err = sink.communicate()  # closes its input: the end of the archive
+        if sink.returncode != 0 or reference not in self.image_names():
+            raise DevClusterError("real node", f"ctr import of {reference}'s new blobs: {err.decode(errors='replace')}")
+        return sent
 
     def _apply_rbac(self) -> None:
         """CoreDNS reads Services, EndpointSlices and Namespaces as its own user (pki.client_cert)."""
@@ -281,10 +319,18 @@ class RealNode:
             f"--node-labels={labels}", "--v=1"))
         processes.wait_until("kubelet", self._node_ready, started, 180)
 
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            self._api = KubeApi.from_kubeconfig(self.kubeconfig)
+        return self._api
+
+    def _node(self) -> dict:
+        return self.api.find("nodes", cfg.NODE_NAME) or {}
+
     def _node_ready(self) -> bool:
-        result = self.kubectl("get", "node", cfg.NODE_NAME, "-o",
-                              'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False)
-        return result.stdout.strip() == "True"
+        conditions = (self._node().get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def _advertise(self) -> None:
         """nvidia.com/gpu as an extended resource of the node (no device plugin; no GPU behind it)."""
@@ -292,8 +338,7 @@ class RealNode:
         self.kubectl("patch", "node", cfg.NODE_NAME, "--subresource=status", "--type=json", "-p", patch)
         # The kubelet derives allocatable from capacity at its next status update (every 10 s).
         deadline = time.monotonic() + 60
-        while self.kubectl("get", "node", cfg.NODE_NAME, "-o", "jsonpath={.status.allocatable.nvidia\\.com/gpu}",
-                           check=False).stdout.strip() != str(cfg.FAKE_GPUS):
+        while self._node().get("status", {}).get("allocatable", {}).get("nvidia.com/gpu") != str(cfg.FAKE_GPUS):
             if time.monotonic() > deadline:
                 raise DevClusterError("real node", "the kubelet never made the advertised GPUs allocatable")
             time.sleep(0.5)
@@ -309,16 +354,19 @@ class RealNode:
 # --------------------------------------------------------------------------- stopping (any process)
 
 
-def drain(kubectl: Callable[..., subprocess.CompletedProcess], timeout: float = 60) -> None:
+def drain(kubectl: Callable[..., subprocess.CompletedProcess], api: KubeApi, timeout: float = 60) -> None:
     """Delete every pod on the node and wait for the kubelet to tear them down (CNI DEL, unmounts)."""
-    on_node = f"--field-selector=spec.nodeName={cfg.NODE_NAME}"
-    kubectl("delete", "pods", "--all-namespaces", on_node, "--grace-period=1", "--wait=false", check=False)
+    on_node = f"spec.nodeName={cfg.NODE_NAME}"
+    kubectl("delete", "pods", "--all-namespaces", f"--field-selector={on_node}", "--grace-period=1", "--wait=false",
+            check=False)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = kubectl("get", "pods", "-A", on_node, "-o", "name", check=False)
-        if left.returncode != 0 or not left.stdout.strip():
+        try:
+            if not api.items("pods", fields=on_node):
+                break
+        except (OSError, ApiError):
             break
-        time.sleep(1)
+        time.sleep(0.5)
     kubectl("delete", "node", cfg.NODE_NAME, "--wait=false", check=False)
 
 

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .kubeapi import ApiError, KubeApi
+
 STORAGE_CLASS = "grpo-node-local"
 PROVISIONER = "devcluster.grpo.dev/node-local"
 
@@ -54,61 +56,59 @@ def persistent_volume(root: Path, claim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def provision(core: Any, root: Path, claim: dict[str, Any]) -> None:
+def provision(api: KubeApi, root: Path, claim: dict[str, Any]) -> None:
     directory = volume_dir(root, claim)
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o777)
-    body = persistent_volume(root, claim)
     try:
-        core.create_persistent_volume(body)
+        api.create(persistent_volume(root, claim))
         log.info("provisioned %s for %s/%s", directory, claim["metadata"]["namespace"], claim["metadata"]["name"])
-    except Exception as e:  # a conflict: provisioned by an earlier pass
-        if getattr(e, "status", None) != 409:
+    except ApiError as e:  # a conflict: provisioned by an earlier pass
+        if e.status != 409:
             raise
 
 
-def reclaim(core: Any, pv: dict[str, Any]) -> None:
+def reclaim(api: KubeApi, pv: dict[str, Any]) -> None:
     path = Path(pv["spec"]["hostPath"]["path"])
     shutil.rmtree(path, ignore_errors=True)
-    core.delete_persistent_volume(pv["metadata"]["name"])
+    api.delete("persistentvolumes", pv["metadata"]["name"])
     log.info("deleted %s and %s", pv["metadata"]["name"], path)
 
 
-def reconcile_once(core: Any, root: Path) -> None:
-    from kubernetes.client import ApiClient
-
-    api = ApiClient()
-    claims = api.sanitize_for_serialization(core.list_persistent_volume_claim_for_all_namespaces())["items"]
-    for claim in claims:
+def reconcile_once(api: KubeApi, root: Path) -> str:
+    """Provision what lacks a volume, reclaim what was released; returns the claims' list resourceVersion."""
+    claims = api.list("persistentvolumeclaims")
+    for claim in claims["items"]:
         spec = claim["spec"]
         if (spec.get("storageClassName") == STORAGE_CLASS and not spec.get("volumeName")
                 and not claim["metadata"].get("deletionTimestamp")):
-            provision(core, root, claim)
-    volumes = api.sanitize_for_serialization(core.list_persistent_volume())["items"]
-    for pv in volumes:
+            provision(api, root, claim)
+    for pv in api.items("persistentvolumes"):
         provisioned = (pv["metadata"].get("annotations") or {}).get("pv.kubernetes.io/provisioned-by")
         if provisioned == PROVISIONER and (pv.get("status") or {}).get("phase") == "Released":
-            reclaim(core, pv)
+            reclaim(api, pv)
+    return claims["metadata"]["resourceVersion"]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--root", required=True, type=Path)
-    parser.add_argument("--interval", type=float, default=0.5)
+    # A pass at least this often, for what no claim event announces (a volume Released after its claim went).
+    parser.add_argument("--interval", type=float, default=2.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from kubernetes import client, config
-
-    config.load_kube_config(args.kubeconfig)
-    core = client.CoreV1Api()
+    api = KubeApi.from_kubeconfig(args.kubeconfig)
     args.root.mkdir(parents=True, exist_ok=True)
     while True:
         try:
-            reconcile_once(core, args.root)
+            version = reconcile_once(api, args.root)
+            # Until a claim changes (a new one is provisioned at once), or the interval is up: a watch, not a poll.
+            for _ in api.watch("persistentvolumeclaims", resource_version=version, seconds=args.interval):
+                break
         except Exception:  # the API server restarting, a transient conflict: try again next pass
             log.exception("provisioning pass failed")
-        time.sleep(args.interval)
+            time.sleep(args.interval)
 
 
 if __name__ == "__main__":

@@ -96,11 +96,21 @@ class OperatorProcess:
             time.sleep(0.5)
 
 
+# The operator's timers as the e2e tests run them (GRPO_OPERATOR_* settings): a job waiting for a claim, a
+# ConfigMap or a KubeRay upgrade is looked at again within seconds, not the production half-minute. The
+# defaults themselves keep their unit tests (tests/unit/operator/test_settings.py).
+TEST_TIMERS = {
+    "GRPO_OPERATOR_DEPENDENCY_RETRY_SECONDS": "2",
+    "GRPO_OPERATOR_STORAGE_CHECK_SECONDS": "2",
+    "GRPO_OPERATOR_ERROR_RETRY_SECONDS": "2",
+}
+
+
 @contextmanager
-def running_operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
+def running_operator(cluster: LocalCluster, extra_env: dict[str, str] | None = None) -> Iterator[OperatorProcess]:
     """Our CRD installed and the operator running against `cluster` (logs in its log dir); stopped on exit."""
     install_crd(cluster)
-    operator = OperatorProcess(cluster, cluster.log_dir).start()
+    operator = OperatorProcess(cluster, cluster.log_dir, extra_env=extra_env).start()
     try:
         yield operator
     finally:

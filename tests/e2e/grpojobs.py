@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from grpo_devcluster.cluster import LocalCluster
 
-from .kube import get, wait_for
+from .kube import WaitTimeout, get, wait_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -24,7 +24,8 @@ def example(name: str, **spec_changes: Any) -> dict:
 
 
 def apply_job(cluster: LocalCluster, namespace: str, body: dict) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+    """Server-side apply, as `kubectl apply --server-side` would (the CRD's CEL rules judge it the same)."""
+    cluster.api.apply(copy.deepcopy(body), namespace=namespace)
 
 
 def phase(cluster: LocalCluster, namespace: str, name: str) -> str | None:
@@ -32,20 +33,20 @@ def phase(cluster: LocalCluster, namespace: str, name: str) -> str | None:
 
 
 def wait_phase(cluster: LocalCluster, namespace: str, name: str, wanted: str, timeout: float = 120) -> list[str]:
-    """Wait for `wanted`; return the distinct phases seen on the way, in order."""
+    """Wait for `wanted`; return the distinct phases the job passed through on the way, in order (from a watch,
+    so a phase held for a moment is seen too)."""
     seen: list[str] = []
 
-    def check() -> bool:
-        current = phase(cluster, namespace, name)
+    def check(job: dict | None) -> bool:
+        current = ((job or {}).get("status") or {}).get("phase")
         if current and (not seen or seen[-1] != current):
             seen.append(current)
         return current == wanted
 
     try:
-        wait_for(f"GRPOJob {namespace}/{name} phase {wanted}", check, timeout, interval=0.2)
-    except AssertionError as exc:
-        status = get(cluster, "grpojob", name, "-n", namespace).get("status")
-        raise AssertionError(f"{exc}; phases seen {seen}; status now {status}") from None
+        wait_object(cluster, "grpojobs", name, namespace, check, timeout, f"GRPOJob {namespace}/{name} phase {wanted}")
+    except WaitTimeout as exc:
+        raise AssertionError(f"{exc}; phases seen {seen}") from None
     return seen
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,3 +48,9 @@ def install(cluster: LocalCluster, name: str, namespace: str, *values: str, time
     set_args = [arg for value in values for arg in ("--set", value)]
     out = helm(cluster, "install", name, str(CHART), "-n", namespace, "--wait", "--timeout", timeout, *set_args)
     return Release(name, namespace, f"{name}-grpo-operator", out.stdout.split("NOTES:", 1)[-1])
+
+
+def selftest(metrics_url: str) -> subprocess.CompletedProcess:
+    """`helm test`'s command (templates/tests/install-check.yaml), against an operator on loopback."""
+    return subprocess.run([sys.executable, "-m", "grpo_operator.selftest", f"--metrics-url={metrics_url}",
+                           "--version=0.1.0", "--wait=10"], capture_output=True, text=True, timeout=60, check=False)

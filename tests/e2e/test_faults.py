@@ -18,7 +18,7 @@ from grpo_devcluster.kwok_config import NodePool
 from grpo_devcluster.operator_runner import OperatorProcess, prepare_job_namespace, running_operator
 
 from .grpojobs import apply_job, condition, example, set_attempts, wait_phase
-from .kube import create_namespace, get, items, wait_for
+from .kube import create_namespace, get, items, wait_event, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -140,8 +140,7 @@ def test_failed_attempt_is_retried_shown_as_a_restart_and_resumes_from_the_check
     assert restarted["reason"] == "RayJobRetried"
     assert "attempt 2 of 2" in restarted["message"]
     assert "resumes from checkpoint step 40 (/checkpoints/global_step_40)" in restarted["message"]
-    events = items(faulty, "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
-    assert any(e["reason"] == "RayJobRetried" for e in events)
+    wait_event(faulty, ns, name, "RayJobRetried", kind=None)
     # The retry resumes rather than restarts: same checkpoint directory, verl resume_mode=auto,
     # and the RayJob allows one retry.
     verl = yaml.safe_load(get(faulty, "configmap", f"{name}-verl", "-n", ns)["data"]["verl.yaml"])

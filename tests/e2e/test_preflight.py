@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.kwok_config import PREFLIGHT_VERDICT_ENV, SIMULATED_VERDICT, NodePool, node_manifest
 from grpo_trainer.preflight import PreflightOptions, preflight_config_file
 from grpo_trainer.preflight.verdict import TERMINATION_MESSAGE_LIMIT
 from preflight_pod import QWEN2_05B_SHAPE, lay_out, render_spec, save_tiny_chat_tokenizer
 
+from .example_runs import COLOCATED, ExampleRuns
 from .grpojobs import apply_job, condition, example, wait_phase
-from .kube import get, items, wait_for
+from .kube import get, items, wait_event, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -68,17 +68,16 @@ def assert_refused_by_preflight(cluster: LocalCluster, ns: str, field: str) -> d
     assert condition(job, "Valid")["reason"] == "PreflightFailed"
     assert job["status"]["preflight"]["passed"] is False
     assert job["status"]["preflight"]["failures"][0]["field"] == field
-    events = items(cluster, "events", "-n", ns, "--field-selector", f"involvedObject.name={NAME}")
-    assert any(e["reason"] == "PreflightFailed" and e["type"] == "Warning" for e in events)
+    wait_event(cluster, ns, NAME, "PreflightFailed")
     assert rayjobs(cluster, ns) == []
     return job
 
 
 def fix_and_run(cluster: LocalCluster, ns: str, changes: list[dict]) -> None:
-    """The same GRPOJob, edited while Invalid (the verdict stand-in removed with the fix), runs to the end."""
+    """The same GRPOJob, edited while Invalid (the verdict stand-in removed with the fix), passes and runs."""
     uid = get(cluster, "grpojob", NAME, "-n", ns)["metadata"]["uid"]
     patch(cluster, ns, [*changes, {"op": "remove", "path": "/spec/env"}])
-    seen = wait_phase(cluster, ns, NAME, "Succeeded", timeout=150)
+    seen = wait_phase(cluster, ns, NAME, "Running", timeout=150)  # past the preflight: its RayJob runs
     assert "Preflight" in seen or "Pending" in seen, seen
     job = get(cluster, "grpojob", NAME, "-n", ns)
     assert job["metadata"]["uid"] == uid and condition(job, "Preflight")["status"] == "True"
@@ -116,29 +115,13 @@ def test_a_layout_that_cannot_fit_the_gpus_fails_naming_the_micro_batch(
     assert command["command"][-2:] == ["--gpu-memory", f"actor={81920 * 2**20}"]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"rollout": {"temperature": 0}}, "rollout.temperature=0 samples greedily"),
-    ({"rollout": {"gpuMemoryUtilization": 1.0}}, "rollout.gpuMemoryUtilization must be below 1.0"),
-    ({"data": {"claimName": "datasets", "trainFiles": ["p.jsonl"], "trainBatchSize": 9},
-      "algorithm": {"groupSize": 3}}, "data.trainBatchSize x algorithm.groupSize"),
-], ids=["temperature-0", "gpu-memory-1.0", "batch-9x3-over-8-gpus"])
-def test_spec_only_cases_are_refused_at_apply_and_the_fixed_manifest_runs(
-        cluster: LocalCluster, team_ns: str, change: dict, message: str) -> None:
-    refused = cluster.kubectl("apply", "-n", team_ns, "-f", "-", input=yaml.safe_dump(example("colocated-length",
-                                                                                             **change)), check=False)
-    assert refused.returncode != 0 and message in refused.stderr, refused.stderr
-    assert cluster.kubectl("get", "grpojobs", "-n", team_ns, "-o", "name").stdout.strip() == ""
-    apply_job(cluster, team_ns, example("colocated-length"))
-    wait_phase(cluster, team_ns, NAME, "Succeeded", timeout=150)
-
-
-def test_preflight_job_is_an_owned_restricted_cpu_child_garbage_collected_with_the_job(
-        cluster: LocalCluster, team_ns: str) -> None:
-    apply_job(cluster, team_ns, example("colocated-length"))
-    seen = wait_phase(cluster, team_ns, NAME, "Succeeded", timeout=150)
+def test_preflight_job_is_an_owned_restricted_cpu_child(cluster: LocalCluster, example_runs: ExampleRuns) -> None:
+    """What the colocated example's run left (its preflight Job stays for its log; it goes with the GRPOJob, which
+    test_operator's deletion test proves for every child Job)."""
+    ns, seen = example_runs.namespace, example_runs.phases[COLOCATED]
     assert seen[0] == "Preflight", seen
-    job = get(cluster, "grpojob", NAME, "-n", team_ns)
-    preflight_job = get(cluster, "job", f"{NAME}-preflight", "-n", team_ns)
+    job = get(cluster, "grpojob", NAME, "-n", ns)
+    preflight_job = get(cluster, "job", f"{NAME}-preflight", "-n", ns)
     owner = preflight_job["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner.get("controller")) == ("GRPOJob", job["metadata"]["uid"], True)
     pod = preflight_job["spec"]["template"]["spec"]
@@ -147,12 +130,9 @@ def test_preflight_job_is_an_owned_restricted_cpu_child_garbage_collected_with_t
     # KWOK ran no check; its verdict says so, and the condition shows it.
     assert condition(job, "Preflight")["message"].endswith("1 checks passed")
     assert job["status"]["preflight"]["passed"] is True
-    pods = items(cluster, "pods", "-n", team_ns, "-l", "job-name=" + f"{NAME}-preflight")
+    pods = items(cluster, "pods", "-n", ns, "-l", "job-name=" + f"{NAME}-preflight")
     message = pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
     assert json.loads(message) == json.loads(SIMULATED_VERDICT)
-    cluster.kubectl("delete", "grpojob", NAME, "-n", team_ns)
-    wait_for("preflight Job garbage-collected", lambda: not items(cluster, "jobs", "-n", team_ns,
-                                                                  "-l", f"grpo.dev/job={NAME}"))
 
 
 def test_deleting_a_failed_preflight_job_runs_it_again(cluster: LocalCluster, team_ns: str, tmp_path: Path) -> None:
@@ -172,7 +152,7 @@ def test_deleting_a_failed_preflight_job_runs_it_again(cluster: LocalCluster, te
 
 def test_disabled_preflight_creates_the_rayjob_at_once_and_says_so(cluster: LocalCluster, team_ns: str) -> None:
     apply_job(cluster, team_ns, example("colocated-length", preflight={"enabled": False}))
-    seen = wait_phase(cluster, team_ns, NAME, "Succeeded", timeout=150)
+    seen = wait_phase(cluster, team_ns, NAME, "Running", timeout=150)
     assert "Preflight" not in seen
     job = get(cluster, "grpojob", NAME, "-n", team_ns)
     assert condition(job, "Preflight")["reason"] == "Disabled"
@@ -193,7 +173,7 @@ def test_a_pool_that_cannot_hold_a_role_is_named_and_the_job_starts_once_it_can(
     node = node_manifest(NodePool("h200", 1), 0)
     cluster.apply(node)
     try:
-        wait_phase(cluster, team_ns, NAME, "Succeeded", timeout=150)
+        wait_phase(cluster, team_ns, NAME, "Running", timeout=150)  # started: its RayJob runs
     finally:
         cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
 
@@ -215,3 +195,6 @@ def test_the_spec_is_editable_while_invalid_and_frozen_once_training(cluster: Lo
     refused = patch(cluster, team_ns, [{"op": "replace", "path": "/spec/data/maxResponseLength", "value": 16}],
                     check=False)
     assert refused.returncode != 0 and "spec.data is immutable once training has started" in refused.stderr
+    refused = patch(cluster, team_ns, [{"op": "replace", "path": "/spec/model/path", "value": "other-model"}],
+                    check=False)
+    assert refused.returncode != 0 and "immutable" in refused.stderr

@@ -102,6 +102,7 @@ def test_a_three_node_cluster_pins_verls_pools_and_the_state_api_shows_it(monkey
         s.bind(("127.0.0.1", cluster.ports.gcs))
 
 
+@pytest.mark.slow
 def test_a_cluster_that_cannot_start_says_so() -> None:
     from raycluster import RayCluster
 

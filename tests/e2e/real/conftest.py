@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from grpo_devcluster import node_config
@@ -14,7 +13,7 @@ from grpo_devcluster.operator_runner import OperatorProcess
 from grpo_devcluster.rehearsal_job import ON_REAL_NODE
 
 from ..helm import Release, helm, install
-from ..kube import get, wait_for
+from ..kube import delete_namespace, get, wait_for
 
 OPERATOR_NAMESPACE = "grpo-system"
 __all__ = ["ON_REAL_NODE", "OPERATOR_NAMESPACE", "NodeImages"]
@@ -24,20 +23,6 @@ __all__ = ["ON_REAL_NODE", "OPERATOR_NAMESPACE", "NodeImages"]
 class NodeImages:
     operator: str
     trainer: str
-
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that stops the node goes after every other real-node test: the operator pod (package-scoped,
-    set up by the first test that asks for it) would otherwise restart under the tests that check it never
-    restarts."""
-    stopping = [item for item in items if item.get_closest_marker("stops_the_node")]
-    rest = [item for item in items if not item.get_closest_marker("stops_the_node")]
-    on_real_node = [at for at, item in enumerate(rest) if Path(item.path).parent == HERE]
-    end = on_real_node[-1] + 1 if on_real_node else len(rest)
-    items[:] = rest[:end] + stopping + rest[end:]
 
 
 @pytest.fixture(scope="session")
@@ -84,4 +69,5 @@ def operator_pod(real_node: LocalCluster, node_images: NodeImages, grpo_operator
         helm(real_node, "uninstall", release.name, "-n", release.namespace, "--wait", check=False)
         wait_for("the operator pod gone", lambda: not get(real_node, "pods", "-n", release.namespace)["items"],
                  timeout=120)
+        delete_namespace(real_node, release.namespace)
         grpo_operator.start()

@@ -2,19 +2,17 @@
 the trainer image into the target volume, verified, and the GRPOJob Succeeded with the export path.
 
 The training itself is simulated (its Ray pods are KWOK's, the dashboard stand-in answers SUCCEEDED): the
-checkpoint is written by the test with real torch.distributed FSDP on CPU (tests/unit/export/fsdp_writer.py,
-through verl's own checkpoint manager), in the job's own directory of the checkpoint claim.
+checkpoint is written with real torch.distributed FSDP on CPU (tests/unit/export/fsdp_writer.py, through verl's
+own checkpoint manager; cached by tests/fsdp_checkpoints.py) and copied into the job's own directory of the
+checkpoint claim.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from fsdp_checkpoints import WriterSpec, copy_checkpoint
 from grpo_devcluster import node_config
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.operator_runner import prepare_job_namespace
@@ -22,12 +20,11 @@ from grpo_devcluster.rehearsal_job import node_claim
 
 from ..grpojobs import apply_job, example, wait_phase
 from ..helm import Release
-from ..kube import create_namespace, get
+from ..kube import create_namespace, delete_namespace, get
 from .conftest import ON_REAL_NODE
 
 pytestmark = pytest.mark.e2e
 
-EXPORT_TESTS = Path(__file__).resolve().parents[2] / "unit" / "export"
 JOB = "export-real"
 # The tests' tiny Qwen2 (tests/unit/export/conftest.py), sharded over 2 FSDP2 ranks on dim 0 and 1.
 TINY_QWEN2 = {"vocab_size": 98, "hidden_size": 32, "intermediate_size": 36, "num_hidden_layers": 2,
@@ -36,19 +33,21 @@ TINY_QWEN2 = {"vocab_size": 98, "hidden_size": 32, "intermediate_size": 36, "num
 
 
 def write_fsdp_checkpoint(root: Path, step: int) -> None:
-    sys.path.insert(0, str(EXPORT_TESTS))
-    from fsdp_writer import WriterSpec
-
-    spec = WriterSpec(out_root=str(root), world_size=2, config=dict(TINY_QWEN2), step=step,
+    spec = WriterSpec(out_root="", world_size=2, config=dict(TINY_QWEN2), step=step,
                       shard_dim1=["mlp.down_proj.weight"])
-    proc = subprocess.run([sys.executable, str(EXPORT_TESTS / "fsdp_writer.py"), json.dumps(asdict(spec))],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    copy_checkpoint(spec, root)
 
 
 def test_converter_pod_exports_a_real_checkpoint_and_the_job_succeeds(
         real_node: LocalCluster, operator_pod: Release) -> None:
     namespace = create_namespace(real_node, "export-real")
+    try:
+        _export_a_real_checkpoint(real_node, namespace)
+    finally:
+        delete_namespace(real_node, namespace, wait_for_jobs=True)
+
+
+def _export_a_real_checkpoint(real_node: LocalCluster, namespace: str) -> None:
     prepare_job_namespace(real_node, namespace)  # models/datasets/exports claims for the simulated Ray pods
     checkpoints = node_claim(real_node, namespace, "ckpt-real")
     target = node_claim(real_node, namespace, "exports-real")

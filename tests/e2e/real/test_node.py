@@ -8,31 +8,26 @@ route; ip_forward is left as it was.
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import os
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from grpo_devcluster import node_config
+from grpo_devcluster import netcheck, node_config
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.kwok_config import POOL_LABEL
 
-from ..kube import create_namespace, get, items, wait_for
+from ..kube import create_namespace, delete_namespace, get, items, wait_for, wait_object
+from ..network import network_report
 from .conftest import ON_REAL_NODE, NodeImages
 
 pytestmark = pytest.mark.e2e
 
-NODE_RANGES = (ipaddress.ip_network(node_config.POD_SUBNET), ipaddress.ip_network(node_config.SERVICE_CIDR))
 # A documentation address (TEST-NET-3): connecting a UDP socket only looks up a route and sends nothing.
 OUTSIDE = "203.0.113.1"
-
-
-def _allowed(ip: str) -> bool:
-    address = ipaddress.ip_address(ip)
-    return address.is_loopback or address.is_unspecified or any(address in net for net in NODE_RANGES)
 
 
 def test_real_node_is_ready_labelled_tainted_and_sized_like_a_gpu_node(real_node: LocalCluster) -> None:
@@ -62,8 +57,8 @@ def _probe_pod(namespace: str, image: str, script: str, **spec: object) -> dict:
     }
 
 
-def test_a_pod_without_the_toleration_never_lands_on_the_real_node(real_node: LocalCluster) -> None:
-    namespace = create_namespace(real_node, "plain-pods")
+def test_a_pod_without_the_toleration_never_lands_on_the_real_node(real_node: LocalCluster, scratch_ns: str) -> None:
+    namespace = scratch_ns
     real_node.apply(_probe_pod(namespace, "rayproject/ray:2.52.1", "pass"))
     node = wait_for("the plain pod scheduled", lambda: get(real_node, "pod", "probe", "-n", namespace)["spec"].get(
         "nodeName"))
@@ -90,8 +85,9 @@ print(json.dumps(out))
 
 
 def test_pods_have_no_route_out_and_reach_the_api_server_inside_the_node(real_node: LocalCluster,
-                                                                         node_images: NodeImages) -> None:
-    namespace = create_namespace(real_node, "probe-routes")
+                                                                         node_images: NodeImages,
+                                                                         scratch_ns: str) -> None:
+    namespace = scratch_ns
     real_node.apply(_probe_pod(namespace, node_images.operator, ROUTES_SCRIPT, **ON_REAL_NODE))
     wait_for("the probe pod to finish", lambda: get(real_node, "pod", "probe", "-n", namespace)["status"].get(
         "phase") in ("Succeeded", "Failed"), timeout=120)
@@ -103,41 +99,40 @@ def test_pods_have_no_route_out_and_reach_the_api_server_inside_the_node(real_no
     assert seen["apiserver"] == node_config.API_SERVICE_IP
 
 
-def _netns(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
+SLEEPER_MARK = "grpo-netcheck-sleeper"
+
+
+@pytest.fixture(scope="module")
+def sleeping_pod(real_node: LocalCluster, node_images: NodeImages) -> Iterator[tuple[str, int]]:
+    """A pod on the real node that holds still: (namespace, the host pid of its process)."""
+    namespace = create_namespace(real_node, "netcheck")
+    script = f"import time  # {SLEEPER_MARK}-{namespace}\ntime.sleep(3600)"
+    real_node.api.apply(_probe_pod(namespace, node_images.operator, script, **ON_REAL_NODE))
+    wait_object(real_node, "pods", "probe", namespace, lambda pod: (pod or {}).get("status", {}).get("phase")
+                == "Running", timeout=120, what="the sleeping pod running")
+
+    def host_pid() -> int | None:
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(f"{SLEEPER_MARK}-{namespace}" in part for part in proc.info["cmdline"] or []):
+                return proc.pid
         return None
 
-
-def _cluster_processes(cluster: LocalCluster) -> list[psutil.Process]:
-    """The control plane, the node's processes and everything in the node's containers' cgroups."""
-    procs = []
-    for pid in cluster.running_pids().values():
-        if psutil.pid_exists(pid):
-            parent = psutil.Process(pid)
-            procs += [parent, *parent.children(recursive=True)]
-    for cgroup in Path("/sys/fs/cgroup/pids").glob("k8s.io/**/cgroup.procs"):
-        procs += [psutil.Process(int(p)) for p in cgroup.read_text().split() if psutil.pid_exists(int(p))]
-    return procs
+    pid = wait_for("the sleeping pod's process on the host", host_pid, timeout=30)
+    yield namespace, pid
+    delete_namespace(real_node, namespace)
 
 
-def test_traffic_stays_on_loopback_or_inside_the_namespaces_of_the_node(real_node: LocalCluster) -> None:
-    host_netns = _netns(os.getpid())
-    checked = 0
-    for proc in _cluster_processes(real_node):
-        try:
-            connections = proc.net_connections(kind="inet")
-            in_host = _netns(proc.pid) == host_netns
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        for conn in connections:
-            checked += 1
-            if conn.raddr:
-                assert _allowed(conn.raddr.ip), (proc.name(), conn)
-            if conn.status == psutil.CONN_LISTEN and in_host:
-                assert ipaddress.ip_address(conn.laddr.ip).is_loopback, (proc.name(), conn)
-    assert checked > 20
+def test_traffic_stays_on_loopback_or_inside_the_namespaces_of_the_node(
+        real_node: LocalCluster, sleeping_pod: tuple[str, int]) -> None:
+    _, pod_pid = sleeping_pod
+    report = network_report(real_node)
+    assert report.problems == []
+    # Judged where the sockets are: the host's (the cluster's own sockets), the node's and the pods'.
+    judged = set(report.namespaces)
+    assert netcheck.netns(pod_pid) in judged
+    assert netcheck.netns(real_node.node.holder_pid) in judged
+    assert any(n.endswith("(host: the cluster's own sockets)") for n in judged)
+    assert report.sockets > 20
     routes = subprocess.run(["ip", "route", "show", "match", "10.244.0.0/16"], capture_output=True, text=True,
                             check=True).stdout
     assert f"blackhole {node_config.POD_RANGE}" in routes
@@ -151,38 +146,31 @@ def test_traffic_stays_on_loopback_or_inside_the_namespaces_of_the_node(real_nod
     assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == real_node.node.changes.ip_forward
 
 
-def _host_state() -> dict[str, object]:
-    mounts = Path("/proc/mounts").read_text()
-    return {
-        "netns": sorted(p.name for p in Path("/run/netns").glob("*")) if Path("/run/netns").is_dir() else [],
-        "links": subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("grpo"),
-        "routes": subprocess.run(["ip", "route"], capture_output=True, text=True).stdout,
-        "mounts": [line for line in mounts.splitlines() if "/kubelet" in line or "containerd" in line],
-        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/k8s.io")),
-        "paths": [p for p in ("/var/lib/kubelet", "/run/containerd", "/var/lib/cni", "/var/log/pods") if
-                  os.path.lexists(p)],
-        "sysctls": {k: Path("/proc/sys", k).read_text().strip() for k in ("vm/overcommit_memory", "kernel/panic",
-                                                                          "kernel/panic_on_oops")},
-        "processes": sorted(p.info["name"] for p in psutil.process_iter(["name"])
-                            if p.info["name"] in ("kubelet", "containerd", "coredns", "containerd-shim-runc-v2")),
-    }
+# Run inside the pod's network namespace only (nsenter --net): a route to TEST-NET-2 through the pod's own
+# interface, then a UDP socket connected to an address there. A UDP connect only picks a route; nothing is sent.
+OUTSIDE_PEER = "198.51.100.7"
+CONNECTED_SOCKET = f"""
+import socket, subprocess, sys, time
+subprocess.run(["ip", "route", "add", "198.51.100.0/24", "dev", "eth0"], check=True)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("{OUTSIDE_PEER}", 53))
+print("connected", flush=True)
+sys.stdin.read()
+"""
 
 
-@pytest.mark.stops_the_node
-def test_stopping_the_node_leaves_the_host_as_it_was(real_node: LocalCluster, node_images: NodeImages) -> None:
-    before = dict(real_node.node.changes.sysctls)
-    created = list(real_node.node.changes.created_paths)
-    real_node.stop_node()
-    after = _host_state()
+def test_a_pod_connected_to_an_address_outside_the_pod_range_is_caught(
+        real_node: LocalCluster, sleeping_pod: tuple[str, int]) -> None:
+    """The check fails when it should: a socket in a pod's namespace with a peer outside the run's ranges. (The
+    earlier check, psutil's per-process connections read from the test's own namespace, passed here.)"""
+    _, pod_pid = sleeping_pod
+    holder = subprocess.Popen(["nsenter", f"--net=/proc/{pod_pid}/ns/net", "--", sys.executable, "-c",
+                               CONNECTED_SOCKET], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert after["processes"] == []
-        assert after["links"] == 0
-        assert "10.244" not in after["routes"]
-        assert after["mounts"] == []
-        assert after["cgroups"] == []
-        assert not [n for n in after["netns"] if n.startswith(("grpo-node", "cni-"))]
-        assert after["sysctls"] == before
-        assert not set(after["paths"]) & set(created)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "connected"
+        problems = network_report(real_node).problems
     finally:
-        real_node.start_node()  # the tests after this one run on it again; its images stay in containerd
-        real_node.load_node_images(("operator", "trainer"))
+        holder.communicate("", timeout=30)
+        subprocess.run(["nsenter", f"--net=/proc/{pod_pid}/ns/net", "--", "ip", "route", "del", "198.51.100.0/24"],
+                       check=False, capture_output=True)
+    assert [p for p in problems if OUTSIDE_PEER in p and netcheck.netns(pod_pid) in p], problems

@@ -7,8 +7,8 @@ identity as uid 65532 with no passwd entry; the chart set no POD_ID).
 
 from __future__ import annotations
 
-import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from grpo_devcluster.operator_runner import prepare_job_namespace
 
 from ..grpojobs import apply_job, example, wait_phase
 from ..helm import Release
-from ..kube import create_namespace, get, items, wait_for
+from ..kube import create_namespace, delete_namespace, get, items, wait_for
 from ..prom import prometheus
 from .conftest import NodeImages
 
@@ -67,6 +67,14 @@ def test_liveness_failures_beyond_slowness_are_named() -> None:
     assert probe_failures_beyond_slowness([{"reason": "Pulled", "message": "pulled"}], 3) == []
 
 
+def liveness_successes(cluster: LocalCluster, pod: str) -> float:
+    """The kubelet's count of successful liveness probes of `pod` (its /metrics/probes, through the apiserver)."""
+    text = cluster.api.text(f"/api/v1/nodes/{node_config.NODE_NAME}/proxy/metrics/probes")
+    wanted = ('probe_type="Liveness"', 'result="successful"', f'pod="{pod}"')
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("prober_probe_total{") and all(w in line for w in wanted))
+
+
 def test_operator_pod_runs_on_the_real_node_from_the_built_image(
         real_node: LocalCluster, operator_pod: Release, node_images: NodeImages) -> None:
     pod = the_pod(real_node, operator_pod)
@@ -87,8 +95,11 @@ def test_operator_pod_passes_its_liveness_probe_and_never_restarts(
     container = pod["spec"]["containers"][0]
     probe = container["livenessProbe"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    # Past the first probe and two more periods since the container started: probed at least twice.
-    time.sleep(probe["initialDelaySeconds"] + 2 * probe["periodSeconds"] + 2)
+    # Judged once the kubelet has probed it successfully at least twice (its prober counters); a pod that has
+    # run that long already is judged at once.
+    name = pod["metadata"]["name"]
+    wait_for(f"two successful liveness probes of {name}", lambda: liveness_successes(real_node, name) >= 2,
+             timeout=probe["initialDelaySeconds"] + 3 * probe["periodSeconds"] + 60)
     pod = the_pod(real_node, operator_pod)
     status = pod["status"]["containerStatuses"][0]
     if status["restartCount"]:
@@ -105,12 +116,13 @@ def test_operator_pod_passes_its_liveness_probe_and_never_restarts(
 
 
 @pytest.fixture(scope="module")
-def reconciled_job(real_node: LocalCluster, operator_pod: Release) -> tuple[str, list[str]]:
+def reconciled_job(real_node: LocalCluster, operator_pod: Release) -> Iterator[tuple[str, list[str]]]:
     """The colocated example reconciled by the operator pod (its Ray pods land on KWOK's fake GPU nodes)."""
     namespace = create_namespace(real_node, "team-pod-operator")
     prepare_job_namespace(real_node, namespace)
     apply_job(real_node, namespace, example(EXAMPLE))
-    return namespace, wait_phase(real_node, namespace, EXAMPLE_JOB, "Succeeded", timeout=180)
+    yield namespace, wait_phase(real_node, namespace, EXAMPLE_JOB, "Succeeded", timeout=180)
+    delete_namespace(real_node, namespace, wait_for_jobs=True)
 
 
 def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster, operator_pod: Release,

@@ -23,7 +23,7 @@ from grpo_devcluster.rehearsal_job import prepare_namespace, rehearsal_job
 
 from ..grpojobs import apply_job
 from ..helm import Release
-from ..kube import create_namespace, get, wait_for
+from ..kube import create_namespace, delete_namespace, get, wait_for
 from .conftest import NodeImages
 
 pytestmark = pytest.mark.e2e
@@ -33,12 +33,13 @@ pytestmark = pytest.mark.e2e
 def rehearsal_namespace(real_node: LocalCluster, operator_pod: Release) -> Iterator[str]:
     """Model, prompts and reward functions on the real node's volumes, as a user would put them there.
 
-    The jobs go afterwards: the session's operator, back once the operator pod is uninstalled, renders
-    another default trainer image and would re-run the refused job's preflight with it."""
+    The namespace goes afterwards, its jobs before the module ends: the session's operator, back once the
+    operator pod is uninstalled, renders another default trainer image and would re-run the refused job's
+    preflight with it."""
     namespace = create_namespace(real_node, "rehearsal-real")
     prepare_namespace(real_node, namespace)
     yield namespace
-    real_node.kubectl("delete", "grpojobs", "--all", "-n", namespace, "--wait=true", timeout=180)
+    delete_namespace(real_node, namespace, wait_for_jobs=True)
 
 
 def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:

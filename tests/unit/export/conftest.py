@@ -1,21 +1,13 @@
-"""Checkpoints written once per session by real FSDP2 on CPU (gloo), one process per rank."""
+"""Checkpoints written by real FSDP2 on CPU (gloo), one process per rank, cached across runs by their inputs
+(tests/fsdp_checkpoints.py)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-
-from fsdp_writer import WriterSpec  # noqa: E402
+from fsdp_checkpoints import WriterSpec, cached_checkpoint, copy_checkpoint
 
 # Odd sizes on purpose: 40 and 36 do not split evenly over 4 ranks' chunks of every dim, and
 # vocab 98 over 4 ranks gives torch.chunk's short last chunk (25, 25, 25, 23).
@@ -45,31 +37,15 @@ LAYOUTS: dict[str, tuple[int, dict[str, object]]] = {
 }
 
 
-def _write(root: Path, world_size: int, **extra: object) -> Path:
-    spec = WriterSpec(out_root=str(root), world_size=world_size, config=dict(TINY_QWEN2), **extra)  # type: ignore[arg-type]
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "fsdp_writer.py"), json.dumps(asdict(spec))],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"FSDP checkpoint writer failed:\n{proc.stderr[-4000:]}")
-    return root
+def spec_for(name: str) -> WriterSpec:
+    world, extra = LAYOUTS[name]
+    return WriterSpec(out_root="", world_size=world, config=dict(TINY_QWEN2), **extra)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")
-def checkpoint_for(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """layout name -> checkpoint root, each written at most once per session."""
-    cache: dict[str, Path] = {}
-
-    def get(name: str) -> Path:
-        if name not in cache:
-            world, extra = LAYOUTS[name]
-            cache[name] = _write(tmp_path_factory.mktemp(f"ckpt_{name}"), world, **extra)
-        return cache[name]
-
-    return get
+def checkpoint_for() -> Callable[[str], Path]:
+    """layout name -> checkpoint root (read-only: the cache's own copy)."""
+    return lambda name: cached_checkpoint(spec_for(name))
 
 
 @pytest.fixture(scope="session", params=list(LAYOUTS))
@@ -79,8 +55,6 @@ def fsdp_checkpoint(request: pytest.FixtureRequest, checkpoint_for: Callable[[st
 
 
 @pytest.fixture()
-def ckpt_copy(checkpoint_for: Callable[[str], Path], tmp_path: Path) -> Path:
+def ckpt_copy(tmp_path: Path) -> Path:
     """A private copy of the world-size-2 checkpoint that a test may damage."""
-    copy = tmp_path / "ckpt"
-    shutil.copytree(checkpoint_for("fsdp2-w2"), copy)
-    return copy
+    return copy_checkpoint(spec_for("fsdp2-w2"), tmp_path / "ckpt")

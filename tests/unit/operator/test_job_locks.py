@@ -28,7 +28,7 @@ def _runs_only_after_the_lock(start: Callable[[], Awaitable[None]], calls: list[
             for _ in range(20):
                 await asyncio.sleep(0)
             seen.append(f"while held: {len(calls)} call(s), done={task.done()}")
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, 30)
         seen.append(f"after release: {len(calls)} call(s)")
         return seen
 
@@ -85,18 +85,20 @@ def test_claims_timer_schedules_its_check_under_the_jobs_lock(monkeypatch: pytes
 
     async def scenario() -> list[str]:
         seen = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30  # generous: the timer's task only has to reach the lock
         async with JOB_LOCKS.hold(KEY):
             binding.check_storage_later(*KEY)
-            await asyncio.sleep(0.05)
-            seen.append(f"while held: {len(calls)} call(s)")
-        for _ in range(100):
-            if calls:
-                break
+            # The timer fired (delay 0) and its check queued behind us for the job's lock: two users of it.
+            while JOB_LOCKS._locks[KEY][1] < 2 and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            seen.append(f"while held: {len(calls)} call(s), waiting for the lock: {JOB_LOCKS._locks[KEY][1] == 2}")
+        while not calls and loop.time() < deadline:
             await asyncio.sleep(0.01)
         seen.append(f"after release: {len(calls)} call(s)")
         return seen
 
-    assert asyncio.run(scenario()) == ["while held: 0 call(s)", "after release: 1 call(s)"]
+    assert asyncio.run(scenario()) == ["while held: 0 call(s), waiting for the lock: True", "after release: 1 call(s)"]
 
 
 def test_handlers_mirror_and_claims_timer_share_one_lock_per_job() -> None:
@@ -130,10 +132,10 @@ def _while_the_slots_are_taken(start: Callable[[], Awaitable[None]], created: li
                 await asyncio.sleep(0)
             mirror_done, _ = await asyncio.wait(
                 [asyncio.create_task(mirror.export_job_event(namespace=KEY[0], labels={JOB_LABEL: KEY[1]}))],
-                timeout=1)
+                timeout=30)  # returns as soon as the mirror is done; generous for a busy machine
             seen.append(f"slots taken: created={created}, mirrored={len(mirrored)}, "
                         f"mirror done={bool(mirror_done)}, path done={task.done()}")
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, 30)
         seen.append(f"slot freed: created={created}")
         return seen
 

@@ -7,6 +7,16 @@ import asyncio
 from grpo_operator.reconcile.retries import KeyedLocks, Retries
 
 
+async def settled(deadline_s: float = 30) -> None:
+    """Wait until every other task of the loop has finished (or been cancelled): then whatever would run, ran.
+    Waiting for the tasks, not for a time, holds on a busy machine too."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    while others := [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]:
+        assert loop.time() < deadline, f"tasks still running after {deadline_s}s: {others}"
+        await asyncio.wait(others, timeout=1)
+
+
 def test_a_newer_schedule_replaces_the_pending_retry() -> None:
     async def scenario() -> list[str]:
         ran: list[str] = []
@@ -17,7 +27,7 @@ def test_a_newer_schedule_replaces_the_pending_retry() -> None:
 
         retries.schedule("job", 0.05, lambda: attempt("first"))
         retries.schedule("job", 0.01, lambda: attempt("second"))
-        await asyncio.sleep(0.1)
+        await settled()
         assert not retries.pending("job")
         return ran
 
@@ -37,7 +47,7 @@ def test_a_cancelled_retry_does_not_run_and_an_attempt_may_schedule_the_next() -
         retries.schedule("other", 0.01, attempt)
         retries.cancel("other")
         retries.schedule("job", 0.0, attempt)
-        await asyncio.sleep(0.1)
+        await settled()
         return ran, retries.pending("job")
 
     assert asyncio.run(scenario()) == ([0, 1, 2], False)
@@ -51,7 +61,7 @@ def test_a_failing_attempt_is_logged_not_raised(caplog) -> None:
             raise RuntimeError("apiserver gone")
 
         retries.schedule("job", 0.0, attempt)
-        await asyncio.sleep(0.05)
+        await settled()
 
     asyncio.run(scenario())
     assert "apiserver gone" in caplog.text

@@ -185,6 +185,7 @@ def test_parse_dry_run_refuses_output_that_is_not_a_dry_run() -> None:
         parse_dry_run("# resolved GRPO values\nmax_model_len: 1\n")
 
 
+@pytest.mark.slow
 def test_grpo_trains_own_info_lines_show_although_verl_sets_the_root_logger_to_warning(reference_yaml: Path) -> None:
     """In a fresh interpreter, as on the cluster: importing verl configures logging before main() runs."""
     import subprocess

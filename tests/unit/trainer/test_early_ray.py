@@ -21,71 +21,103 @@ ROOT = Path(__file__).resolve().parents[3]
 
 # The driver's steps before ray.init, in a fresh process as in a pod (the CLI's module, the config built from a
 # user's file, the TaskRunner's class): nothing heavy imported by then, Ray's uv hook off as verl would have it;
-# then ours against verl's own.
+# then ours against verl's own. One process judges every variant (its environment applied on top of the process's
+# own, then taken back): ours for all of them first, then verl imported once for its side.
 _COMPARE = """
 import json, os, sys
 from grpo_trainer import cli, ray_start
 from grpo_trainer.config import build_config
-built = build_config(sys.argv[2], ["trainer.use_v1=true", "transfer_queue.enable=" + sys.argv[1],
-                                   "ray_kwargs.ray_init.num_cpus=3"])
-cli.task_runner_class(built.verl)
+
+def under(env, compute):
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return compute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+config, variants = sys.argv[1], json.loads(sys.argv[2])
+built, seen = {}, {}
+for name, (transfer_queue, env) in variants.items():
+    def ours(transfer_queue=transfer_queue, name=name):
+        built[name] = build_config(config, ["trainer.use_v1=true", "transfer_queue.enable=" + transfer_queue,
+                                            "ray_kwargs.ray_init.num_cpus=3"])
+        cli.task_runner_class(built[name].verl)
+        return {"ours": ray_start.ray_init_kwargs(ray_start.ppo_runtime_env(os.environ), built[name].verl),
+                "blockers": ray_start.early_start_blockers(built[name].verl, os.environ,
+                                                           ray_start.installed_torch_version())}
+    seen[name] = under(env, ours)
 heavy_before = sorted(m for m in ("torch", "verl", "transformers", "tensordict") if m in sys.modules)
 import ray._private.ray_constants as ray_constants
-ours = ray_start.ray_init_kwargs(ray_start.ppo_runtime_env(os.environ), built.verl)
-blockers = ray_start.early_start_blockers(built.verl, os.environ, ray_start.installed_torch_version())
-verl = ray_start.verl_ray_init_kwargs(built.verl)
-print(json.dumps({"heavy_before": heavy_before, "ours": ours, "verl": verl, "blockers": blockers,
-                  "uv_hook": ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV}))
+uv_hook = ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV
+for name, (_, env) in variants.items():
+    seen[name]["verl"] = under(env, lambda name=name: ray_start.verl_ray_init_kwargs(built[name].verl))
+print(json.dumps({"heavy_before": heavy_before, "uv_hook": uv_hook, "variants": seen}))
 """
 
+# name -> (transfer_queue.enable, the driver's environment)
+VARIANTS = {
+    "plain": ("true", {}),
+    # set in the driver's environment: verl leaves it out (the workers inherit it); forwarded ones kept
+    "driver-env-set": ("true", {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "7",
+                                "VERL_FULL_DETERMINISM": "0"}),
+    # a Ray job submitted with a working_dir: verl then sets none
+    "job-working-dir": ("true", {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"working_dir": "/job"}})}),
+    "transfer-queue-off": ("false", {}),
+}
 
-@pytest.fixture()
-def user_config(tmp_path: Path) -> Path:
+
+def _user_config(directory: Path) -> Path:
     """The reference job's verl config, its model a directory with a config.json."""
-    model = tmp_path / "model"
+    model = directory / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 3072}))
-    config = tmp_path / "verl.yaml"
+    config = directory / "verl.yaml"
     config.write_text(
         (Path(__file__).parent / "fixtures" / "reference-verl.yaml").read_text()
         .replace("/models/Qwen2-7B-Instruct", str(model))
-        .replace("/checkpoints", str(tmp_path / "ckpt"))
+        .replace("/checkpoints", str(directory / "ckpt"))
     )
     return config
 
 
-def _compare(config: Path, env: dict[str, str], transfer_queue: bool = True) -> dict[str, Any]:
+@pytest.fixture()
+def user_config(tmp_path: Path) -> Path:
+    return _user_config(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every variant judged in one fresh process (as a pod's driver; verl imported once, after ours)."""
+    config = _user_config(tmp_path_factory.mktemp("early-ray"))
     unset = ("NCCL_DEBUG", "PYTHONHASHSEED", "TOKENIZERS_PARALLELISM", "RAY_ENABLE_UV_RUN_RUNTIME_ENV")
     environ = {k: v for k, v in os.environ.items() if k not in unset}
-    environ |= {"PYTHONPATH": f"{ROOT / 'trainer'}:{ROOT / 'operator'}", **env}
+    environ |= {"PYTHONPATH": f"{ROOT / 'trainer'}:{ROOT / 'operator'}"}
     out = subprocess.run(
-        [sys.executable, "-c", _COMPARE, str(transfer_queue).lower(), str(config)],
+        [sys.executable, "-c", _COMPARE, str(config), json.dumps(VARIANTS)],
         env=environ, capture_output=True, text=True, check=True, timeout=300,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {},
-        # set in the driver's environment: verl leaves it out (the workers inherit it); forwarded ones kept
-        {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "7", "VERL_FULL_DETERMINISM": "0"},
-        # a Ray job submitted with a working_dir: verl then sets none
-        {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"working_dir": "/job"}})},
-    ],
-    ids=["plain", "driver-env-set", "job-working-dir"],
-)
-def test_the_runtime_env_computed_without_torch_is_verls(user_config: Path, env: dict[str, str]) -> None:
-    seen = _compare(user_config, env)
-    assert seen["heavy_before"] == []  # nothing heavy imported to compute it: the point of starting early
-    assert seen["uv_hook"] is False  # as verl's __init__ sets it, although Ray was imported first
+@pytest.mark.slow
+def test_nothing_heavy_is_imported_to_compute_rays_start_and_rays_uv_hook_is_off(compared: dict[str, Any]) -> None:
+    assert compared["heavy_before"] == []  # nothing heavy imported to compute it: the point of starting early
+    assert compared["uv_hook"] is False  # as verl's __init__ sets it, although Ray was imported first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["plain", "driver-env-set", "job-working-dir"])
+def test_the_runtime_env_computed_without_torch_is_verls(compared: dict[str, Any], variant: str) -> None:
+    seen = compared["variants"][variant]
     assert seen["blockers"] == []
     assert seen["ours"] == seen["verl"]
 
 
-def test_transfer_queue_flag_follows_the_config_as_in_verl(user_config: Path) -> None:
-    seen = _compare(user_config, {}, transfer_queue=False)
+@pytest.mark.slow
+def test_transfer_queue_flag_follows_the_config_as_in_verl(compared: dict[str, Any]) -> None:
+    seen = compared["variants"]["transfer-queue-off"]
     assert seen["ours"] == seen["verl"]
     assert "TRANSFER_QUEUE_ENABLE" not in seen["ours"]["runtime_env"]["env_vars"]
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MEASURE = Path(__file__).resolve().parents[3] / "bench" / "fit" / "measure.py"
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_phase_and_counts_the_states_as_predicted(tmp_path: Path) -> None:
     out = tmp_path / "fit.json"
     # Its own process: it initialises torch.distributed.

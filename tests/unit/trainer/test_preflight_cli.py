@@ -138,23 +138,26 @@ def _with_reward(files: PodFiles, source: str) -> Path:
                                                     "function": {"configMapName": "r", "key": "reward.py"}}))
 
 
+# The hanging function gets 1 s; the others, which answer at once, get 60 s, so that a busy machine
+# cannot turn their verdict into a timeout.
 @pytest.mark.parametrize(
-    ("source", "expected"),
+    ("source", "timeout", "expected"),
     [
         ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-         "    return 1.0 / len(extra_info['missing'])\n", "raised on a real row: "),
+         "    return 1.0 / len(extra_info['missing'])\n", 60, "raised on a real row: "),
         ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-         "    return 'good'\n", "returned 'good'; verl needs a number"),
+         "    return 'good'\n", 60, "returned 'good'; verl needs a number"),
         ("import time\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-         "    time.sleep(60)\n", "did not return within 1 s"),
-        ("def compute_score(solution):\n    return 0.0\n", "must accept keyword arguments"),
+         "    time.sleep(600)\n", 1, "did not return within 1 s"),
+        ("def compute_score(solution):\n    return 0.0\n", 60, "must accept keyword arguments"),
     ],
     ids=["raises", "not-a-number", "hangs", "wrong-signature"],
 )
-def test_broken_reward_function_names_the_reward_function(files: PodFiles, source: str, expected: str,
-                                                          verl_defaults: DictConfig) -> None:
+def test_broken_reward_function_names_the_reward_function(files: PodFiles, source: str, timeout: float,
+                                                          expected: str, verl_defaults: DictConfig) -> None:
     config = _with_reward(files, source)
-    verdict = preflight_config_file(str(config), options=PreflightOptions(reward_timeout_s=1), defaults=verl_defaults)
+    verdict = preflight_config_file(str(config), options=PreflightOptions(reward_timeout_s=timeout),
+                                    defaults=verl_defaults)
     failure = _failure(verdict)
     assert failure.field == "spec.reward.function"
     assert expected in failure.message

@@ -154,6 +154,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_through_verls_fsdp_checkpoint_manager_on_cpu(tmp_path: Path) -> None:
     """verl's own save and load (FSDP2, gloo, one rank): after the load the base lr is the requested one and
     the next scheduler step follows verl's cosine-with-warm-up schedule scaled to it."""

@@ -25,12 +25,14 @@ from grpo_trainer.transfer_queue_start import (
 )
 from omegaconf import DictConfig, OmegaConf
 
-UNITS = 3  # neither verl's default (8) nor TransferQueue's (2): the settings must reach the start
+# Neither verl's default (8) nor TransferQueue's (2): the settings must reach the start. One: every storage unit
+# is a Ray actor whose process imports transfer_queue (~7 s of CPU on a 2-core CI machine), and each start has them.
+UNITS = 1
 CAPACITY = 30_000
 
 
 def _settings(verl_defaults: DictConfig, **simple_storage: Any) -> dict[str, Any]:
-    """verl's transfer_queue section as the TaskRunner passes it (enable set), with 3 storage units."""
+    """verl's transfer_queue section as the TaskRunner passes it (enable set), with UNITS storage units."""
     settings = OmegaConf.to_container(verl_defaults.transfer_queue, resolve=True)
     assert isinstance(settings, dict)
     settings["enable"] = True

@@ -63,6 +63,7 @@ def test_a_failing_patch_fails_the_import(module_dir: Path) -> None:
     assert "grpo_hook_broken" not in sys.modules
 
 
+@pytest.mark.slow
 def test_setup_hook_imports_no_verl_and_patches_verl_when_loaded() -> None:
     # A fresh interpreter, as a Ray worker is: the hook alone must not load verl or torch.
     code = textwrap.dedent(
@@ -111,6 +112,7 @@ def test_model_scores_reach_the_agent_loop_with_a_reward_extra_info() -> None:
     assert not hasattr(Worker.compute_score_disrm.__grpo_original__, "__grpo_original__")
 
 
+@pytest.mark.slow
 def test_rollback_patches_wait_for_verls_checkpoint_modules() -> None:
     from grpo_trainer import worker_setup
     from grpo_trainer.rollback import learning_rate, protect
