@@ -8,6 +8,8 @@
                                    (--real-node: also the real node beside the KWOK nodes; needs root)
   grpo-devcluster stop             stop everything started from GRPO_DEVCLUSTER_DIR
   grpo-devcluster status           which components run
+  grpo-devcluster diagnose         why tests may have failed: dead components, pods that are not Running or
+                                   Succeeded (and why), the last warning events, the ends of the telling logs
   grpo-devcluster env              `export KUBECONFIG=…; export PATH=…` for a shell
 """
 
@@ -17,16 +19,24 @@ import argparse
 import sys
 import time
 
-from . import build, images, processes
+from . import build, diagnose, images, processes
 from .cluster import LocalCluster, Ports, default_workdir
 from .components import ALL
 from .errors import DevClusterError
+from .kubeapi import ApiError
+
+
+def _pods_and_events(cluster: LocalCluster) -> tuple[list[dict] | None, list[dict] | None]:
+    try:
+        return cluster.api.items("pods"), cluster.api.items("events")
+    except (OSError, ApiError):
+        return None, None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo-devcluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["build", "images", "start", "stop", "status", "env"])
+    parser.add_argument("command", choices=["build", "images", "start", "stop", "status", "diagnose", "env"])
     parser.add_argument("names", nargs="*", help="build: which components (default: all); "
                         "images: which images (default: operator trainer)")
     parser.add_argument("--real-node", action="store_true", help="start: with the real node (containerd + kubelet)")
@@ -70,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, up in cluster.running().items():
                 print(f"{name:28s} {'running' if up else 'DEAD'}")
             print(f"KUBECONFIG={cluster.kubeconfig}")
+        elif args.command == "diagnose":
+            cluster = LocalCluster.attach(args.dir)
+            for line in diagnose.diagnosis(cluster.running(), cluster.log_dir, *_pods_and_events(cluster)):
+                print(line)
         elif args.command == "env":
             cluster = LocalCluster.attach(args.dir)
             for key, value in cluster.env().items():
