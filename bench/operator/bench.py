@@ -89,9 +89,11 @@ def job_manifest(name: str, gpus: int, suspend: bool = False, preflight: bool = 
     return body
 
 
-def operator_requests(audit_lines: Iterable[str], namespace: str) -> dict[str, int]:
-    """Requests by verb the operator made that touch `namespace` (or are cluster-wide watches/lists)."""
-    counts: dict[str, int] = {}
+def operator_requests(audit_lines: Iterable[str], namespace: str) -> dict[tuple[str, str, str], int]:
+    """Requests the operator made that touch `namespace` (or are cluster-wide watches/lists), by
+    (who, verb, resource): who is the handlers' call site (`grpo-operator/<v> (<site>)`), or `kopf` (its
+    watches, progress patches and Events), or the agent's name for other clients."""
+    counts: dict[tuple[str, str, str], int] = {}
     for line in audit_lines:
         try:
             event = json.loads(line)
@@ -100,12 +102,33 @@ def operator_requests(audit_lines: Iterable[str], namespace: str) -> dict[str, i
         agent = event.get("userAgent", "")
         if not agent.startswith(OPERATOR_AGENTS):
             continue
-        ns = (event.get("objectRef") or {}).get("namespace")
-        if ns not in (None, namespace):
+        ref = event.get("objectRef") or {}
+        if ref.get("namespace") not in (None, namespace):
             continue
-        verb = event.get("verb", "?")
-        counts[verb] = counts.get(verb, 0) + 1
+        resource = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        key = (who_asked(agent), event.get("verb", "?"), resource)
+        counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def who_asked(agent: str) -> str:
+    """`grpo-operator/0.9 (mirror-rayjob)` -> `mirror-rayjob`; `kopf/1.38 ...` -> `kopf`."""
+    if agent.startswith("grpo-operator/") and agent.endswith(")") and " (" in agent:
+        return agent.rsplit(" (", 1)[1][:-1]
+    return agent.split("/", 1)[0]
+
+
+def by_verb(requests: dict[tuple[str, str, str], int]) -> dict[str, int]:
+    verbs: dict[str, int] = {}
+    for (_, verb, _), count in requests.items():
+        verbs[verb] = verbs.get(verb, 0) + count
+    return verbs
+
+
+def per_call_site(requests: dict[tuple[str, str, str], int], jobs: int) -> list[str]:
+    """One line per (who, verb, resource), most requests first, per job."""
+    ranked = sorted(requests.items(), key=lambda item: (-item[1], item[0]))
+    return [f"    {who:<18} {verb:<7} {resource:<28} {count / jobs:6.2f}" for (who, verb, resource), count in ranked]
 
 
 def vm_hwm_bytes(pid: int) -> int:
@@ -209,7 +232,7 @@ class BurstResult:
     missing: dict[str, int]
     cpu_seconds: float
     peak_rss: int
-    requests: dict[str, int]
+    requests: dict[tuple[str, str, str], int]  # (who, verb, resource) -> count
     load: tuple[float, float, float]
     wall: float
     created_over: float  # first to last GRPOJob ADDED: how fast the apiserver took the burst in
@@ -325,7 +348,7 @@ def row(label: str, values: list[float]) -> str:
 
 def report(result: BurstResult) -> str:
     total = sum(result.requests.values())
-    verbs = ", ".join(f"{v} {c / result.jobs:.1f}" for v, c in sorted(result.requests.items()))
+    verbs = ", ".join(f"{v} {c / result.jobs:.1f}" for v, c in sorted(by_verb(result.requests).items()))
     ratio99 = percentile(result.ours, 99) / percentile(result.kuberay, 99)
     ratio50 = percentile(result.ours, 50) / percentile(result.kuberay, 50)
     return "\n".join([
@@ -339,6 +362,8 @@ def report(result: BurstResult) -> str:
         f"  operator: CPU {result.cpu_seconds:.1f}s ({result.cpu_seconds / result.jobs * 1000:.0f} ms/job), "
         f"peak RSS {result.peak_rss / 2**20:.0f} MiB, API requests/job {total / result.jobs:.1f} ({verbs})",
         f"  not reached: {result.missing}",
+        "  API requests per job by call site (who, verb, resource):",
+        *per_call_site(result.requests, result.jobs),
     ])
 
 

@@ -60,6 +60,12 @@ GUARDRAIL_TRIPS = Counter(
     "Guardrail trips the operator handled, by detector and outcome (Observed, RolledBack, Suspended).",
     ["detector", "outcome"],
 )
+API_REQUESTS = Counter(
+    "grpo_operator_api_requests_total",
+    "Requests the operator's handlers made to the Kubernetes API (kopf's own watches and Events not included), by "
+    "verb, resource and call site (the handler or timer that made them).",
+    ["verb", "resource", "call_site"],
+)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 
@@ -143,6 +149,10 @@ def forget(namespace: str, name: str) -> None:
         JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
         for threshold in ALERT_THRESHOLDS.values():
             JOB_ALERT_THRESHOLD.remove(namespace, name, threshold)  # a no-op when never set
+
+
+def count_api_request(verb: str, resource: str, call_site: str) -> None:
+    API_REQUESTS.labels(verb=verb, resource=resource, call_site=call_site).inc()
 
 
 def observe_reconcile(result: str, seconds: float) -> None:

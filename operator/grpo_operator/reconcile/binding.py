@@ -33,7 +33,7 @@ def check_storage_later(namespace: str, name: str) -> None:
 
 
 async def _check_storage_held(namespace: str, name: str) -> None:
-    async with JOB_LOCKS.hold((namespace, name)):
+    async with JOB_LOCKS.hold((namespace, name)), kube.call_site("storage-check"):
         await check_storage(namespace, name)
 
 

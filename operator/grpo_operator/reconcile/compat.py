@@ -20,8 +20,9 @@ from grpo_operator.runtime import kube
 log = logging.getLogger("grpo_operator.compat")
 
 
-def _read_rayjob_crd() -> Awaitable[dict[str, Any] | None]:
-    return kube.get_crd(kuberay.RAYJOB_CRD)
+async def _read_rayjob_crd() -> dict[str, Any] | None:
+    with kube.call_site("kuberay-version"):
+        return await kube.get_crd(kuberay.RAYJOB_CRD)
 
 
 class KubeRayCompat:

@@ -70,9 +70,10 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
         return  # a body from before our own status write reached us: the children exist
     if action is not Action.NONE:
         async with _slot(action), JOB_LOCKS.hold(key):
-            await ACTIONS[action](job)
+            with kube.call_site(action.value):
+                await ACTIONS[action](job)
     if guardrail_actions.worth_a_look(job):
-        async with JOB_LOCKS.hold(key):
+        async with JOB_LOCKS.hold(key), kube.call_site("guardrails"):
             try:
                 await guardrail_actions.act_on_guardrails(namespace, name)
             except Exception:
@@ -91,7 +92,7 @@ async def preflight_job_event(event: dict, body: kopf.Body, namespace: str, labe
     if preflight_job is not None and preflight_outcome(preflight_job, None).state == "running":
         return  # scheduled, started, ready: nothing to say until it ends (one GET per event saved)
     key = (namespace, labels[JOB_LABEL])
-    async with JOB_LOCKS.hold(key):
+    async with JOB_LOCKS.hold(key), kube.call_site("preflight"):
         try:
             outcome = await gate.sync(*key, preflight_job=preflight_job,
                                       deleted_digest=rendered_digest(body) if deleted else None)
@@ -108,7 +109,7 @@ async def _retry(namespace: str, name: str) -> None:
     """A timer's attempt: on the job as it is now, whatever it still needs (creating, or its RayJob)."""
     # Read under the lock: a job read before waiting for it may have been edited and handled meanwhile.
     # The slot first, as for every create and resync: this acts only by creating or resyncing.
-    async with _JOB_SLOTS, JOB_LOCKS.hold((namespace, name)):
+    async with _JOB_SLOTS, JOB_LOCKS.hold((namespace, name)), kube.call_site("retry"):
         job = await kube.get_grpojob(namespace, name)
         if job is None:
             return
@@ -123,7 +124,7 @@ def _retry_later(namespace: str, name: str, delay: float) -> None:
 
 def _retry_guardrails_later(namespace: str, name: str) -> None:
     async def again() -> None:
-        async with JOB_LOCKS.hold((namespace, name)):
+        async with JOB_LOCKS.hold((namespace, name)), kube.call_site("guardrails-retry"):
             await guardrail_actions.act_on_guardrails(namespace, name)
             await guardrail_actions.start_pending_attempt(namespace, name)
 

@@ -38,13 +38,13 @@ async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kop
     rayjob = None if event.get("type") == "DELETED" else dict(body)
     if rayjob is not None and not rayjob.get("status"):
         return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
-    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])):
+    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])), kube.call_site("mirror-rayjob"):
         await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
 async def export_job_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])):
+    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])), kube.call_site("mirror-export"):
         await sync_status(namespace, labels[JOB_LABEL])
 
 

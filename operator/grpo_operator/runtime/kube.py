@@ -16,13 +16,14 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import kopf
 
-from grpo_operator import __version__
+from grpo_operator import __version__, metrics
 from grpo_operator.runtime.priority import REQUEST_PRIORITY, PriorityGate
 
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
@@ -34,6 +35,57 @@ USER_AGENT = f"grpo-operator/{__version__}"
 KEEPALIVE_SECONDS = 2.0
 
 log = logging.getLogger("grpo_operator.kube")
+
+# The part of the operator a request serves (a handler, a timer, status mirroring). It travels in the User-Agent,
+# which the apiserver's audit log records, and labels grpo_operator_api_requests_total: what a job costs the
+# apiserver can be traced to the code that asked (bench/operator/bench.py prints the table). Set by each entry
+# point with `call_site`; tasks started inside inherit it.
+CALL_SITE: ContextVar[str] = ContextVar("grpo_operator_call_site", default="other")
+
+
+class CallSite:
+    """The call site of the requests made inside it, as a sync or an async context manager (beside a lock:
+    `async with lock, call_site("mirror"):`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._tokens: list[Token[str]] = []
+
+    def __enter__(self) -> None:
+        self._tokens.append(CALL_SITE.set(self.name))
+
+    def __exit__(self, *_: object) -> None:
+        CALL_SITE.reset(self._tokens.pop())
+
+    async def __aenter__(self) -> None:
+        self.__enter__()
+
+    async def __aexit__(self, *_: object) -> None:
+        self.__exit__()
+
+
+def call_site(name: str) -> CallSite:
+    return CallSite(name)
+
+
+def user_agent(site: str) -> str:
+    return f"{USER_AGENT} ({site})"
+
+
+def request_kind(method: str, path: str) -> tuple[str, str]:
+    """(verb, resource) of a request as the apiserver's audit log names them: a GET of a collection is a list,
+    of one object a get; the resource keeps its subresource ("grpojobs/status")."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    # /api/<version>/... or /apis/<group>/<version>/..., then [namespaces/<ns>/]<plural>[/<name>[/<subresource>]]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    plural = rest[0] if rest else "?"
+    resource = f"{plural}/{rest[2]}" if len(rest) > 2 else plural
+    if method == "GET":
+        return ("get" if len(rest) > 1 else "list"), resource
+    verbs = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+    return verbs.get(method, method.lower()), resource
 
 
 @dataclass(frozen=True)
@@ -196,12 +248,17 @@ class Client:
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        headers = {"Content-Type": content_type} if data is not None else None
+        site = CALL_SITE.get()
+        headers = {"User-Agent": user_agent(site)}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        verb, resource = request_kind(method, path)
         relogged = False
         attempt = 0
         while True:
             attempt += 1
             session = self._session or await self._connect()
+            metrics.count_api_request(verb, resource, site)
             try:
                 status, text, retry_after = await self._exchange(
                     session, method, self._server + path, data=data, headers=headers, params=params

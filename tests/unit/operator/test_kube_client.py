@@ -317,3 +317,44 @@ def test_nodes_are_listed_with_the_label_selector() -> None:
 
     assert [n["metadata"]["name"] for n in run(scenario)] == ["n0", "n0"]
     assert queries == [{"path": "/api/v1/nodes", "labelSelector": "grpo.dev/pool=train"}, {"path": "/api/v1/nodes"}]
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ("GET", "/apis/grpo.dev/v1alpha1/namespaces/ns/grpojobs/a", ("get", "grpojobs")),
+    ("PATCH", "/apis/grpo.dev/v1alpha1/namespaces/ns/grpojobs/a/status", ("patch", "grpojobs/status")),
+    ("POST", "/api/v1/namespaces/ns/configmaps?fieldValidation=Strict", ("create", "configmaps")),
+    ("GET", "/api/v1/namespaces/ns/events", ("list", "events")),
+    ("GET", "/api/v1/nodes", ("list", "nodes")),
+    ("GET", "/api/v1/namespaces/ns", ("get", "namespaces")),
+    ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/rayjobs.ray.io",
+     ("get", "customresourcedefinitions")),
+    ("DELETE", "/apis/ray.io/v1/namespaces/ns/rayjobs/r", ("delete", "rayjobs")),
+])
+def test_requests_are_named_as_the_audit_log_names_them(method: str, path: str, expected: tuple[str, str]) -> None:
+    assert kube.request_kind(method, path) == expected
+
+
+def test_each_request_says_its_call_site_in_the_user_agent_and_is_counted_once_per_attempt() -> None:
+    from grpo_operator import metrics
+
+    agents: list[str] = []
+    answers = iter([503, 200, 200])
+
+    async def handler(request: web.Request) -> web.Response:
+        agents.append(request.headers["User-Agent"])
+        code = next(answers)
+        return status(code, "ServiceUnavailable", "x") if code != 200 else web.json_response({"kind": "Pod"})
+
+    def counted(site: str) -> float:
+        return metrics.API_REQUESTS.labels(verb="get", resource="pods", call_site=site)._value.get()
+
+    async def main() -> None:
+        async with operator_client(handler):
+            with kube.call_site("mirror"):
+                await kube.get("Pod", "ns", "p")  # a 503, then the answer: two requests
+            await kube.get("Pod", "ns", "p")
+
+    before = counted("mirror"), counted("other")
+    run(main)
+    assert agents == [f"{kube.USER_AGENT} (mirror)"] * 2 + [f"{kube.USER_AGENT} (other)"]
+    assert (counted("mirror") - before[0], counted("other") - before[1]) == (2, 1)

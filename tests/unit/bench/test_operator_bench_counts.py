@@ -1,0 +1,44 @@
+"""bench/operator/bench.py's request counts: read from audit events, attributed to the operator's call sites."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("operator_bench", ROOT / "bench" / "operator" / "bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _event(agent: str, verb: str, resource: str, namespace: str | None = "bench-2", sub: str | None = None) -> str:
+    ref = {"resource": resource, **({"namespace": namespace} if namespace else {}),
+           **({"subresource": sub} if sub else {})}
+    return json.dumps({"userAgent": agent, "verb": verb, "objectRef": ref})
+
+
+def test_requests_are_attributed_to_call_sites_and_others_are_left_out() -> None:
+    bench = _bench()
+    lines = [
+        _event("grpo-operator/0.9.0 (mirror-rayjob)", "get", "grpojobs"),
+        _event("grpo-operator/0.9.0 (mirror-rayjob)", "get", "grpojobs"),
+        _event("grpo-operator/0.9.0 (create)", "patch", "grpojobs", sub="status"),
+        _event("kopf/1.38.0", "watch", "rayjobs", namespace=None),
+        _event("grpo-operator/0.9.0 (create)", "get", "persistentvolumeclaims", namespace="other-ns"),
+        _event("grpo-bench", "create", "grpojobs"),
+        "not json",
+    ]
+    counts = bench.operator_requests(lines, "bench-2")
+    assert counts == {("mirror-rayjob", "get", "grpojobs"): 2, ("create", "patch", "grpojobs/status"): 1,
+                      ("kopf", "watch", "rayjobs"): 1}
+    assert bench.by_verb(counts) == {"get": 2, "patch": 1, "watch": 1}
+    table = bench.per_call_site(counts, jobs=2)
+    assert table[0].split() == ["mirror-rayjob", "get", "grpojobs", "1.00"]
