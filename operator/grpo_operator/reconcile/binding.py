@@ -40,7 +40,7 @@ async def _check_storage_held(namespace: str, name: str) -> None:
 async def check_storage(namespace: str, name: str) -> None:
     """While the job waits (Preflight, Pending): say which of its claims cannot bind and why; look again later.
     The caller holds the job's lock (retries.JOB_LOCKS)."""
-    job = await kube.get_grpojob(namespace, name)
+    job = await kube.current_grpojob(namespace, name)
     status = (job or {}).get("status") or {}
     if job is None or status.get("phase") not in CLAIMS_CHECKED_IN:
         return

@@ -88,7 +88,7 @@ async def sync(namespace: str, name: str, preflight_job: Any = UNREAD, deleted_d
     `preflight_job`: the Job as its watch event delivered it (None: deleted, `deleted_digest` the digest
     it had); read when not given.
     """
-    job = await kube.get_grpojob(namespace, name)
+    job = await kube.current_grpojob(namespace, name)
     wanted = preflight.awaited(job) if job is not None else None
     if job is None or wanted is None:
         return Sync.NOTHING

@@ -67,7 +67,7 @@ def _parsed(job: dict) -> tuple[GRPOJobSpec, Plan] | None:
 
 async def act_on_guardrails(namespace: str, name: str) -> None:
     """Record new trips; roll back or suspend when an act-mode detector's trip asks for it."""
-    job = await kube.get_grpojob(namespace, name)  # fresh: the event's body may predate our last record
+    job = await kube.current_grpojob(namespace, name)  # not the event's body: it may predate our last record
     if job is None or not worth_a_look(job):
         return
     parsed = _parsed(job)
@@ -120,7 +120,7 @@ async def act_on_guardrails(namespace: str, name: str) -> None:
 async def start_pending_attempt(namespace: str, name: str) -> bool:
     """Create the RayJob of a decided rollback once the old one is gone. True when one was pending (created
     now, or still waiting for the old RayJob's deletion, which brings this back through its DELETED event)."""
-    job = await kube.get_grpojob(namespace, name)
+    job = await kube.current_grpojob(namespace, name)
     if job is None:
         return False
     status = job.get("status") or {}

@@ -56,12 +56,14 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     """Every GRPOJob event: keep the metrics, then do what `lifecycle.next_action` says the object needs."""
     key = (namespace, name)
     if event.get("type") == "DELETED":
+        kube.JOBS.forget(namespace, name)
         metrics.forget(namespace, name)
         RETRIES.cancel(key)
         STORAGE_CHECKS.cancel(key)
         _SETTLED.discard(uid)
         return
     job = dict(body)
+    kube.JOBS.remember(job)
     metrics.record_spec(namespace, name, job.get("spec") or {})
     if (job.get("status") or {}).get("phase"):
         metrics.record_phase(namespace, name, job["status"]["phase"])

@@ -57,7 +57,7 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
     `rayjob`: the RayJob as a watch event delivered it (None: deleted); read from the API when not given.
     The caller holds the job's lock (retries.JOB_LOCKS): this reads the status and writes it back.
     """
-    job = await kube.get_grpojob(namespace, name)
+    job = await kube.current_grpojob(namespace, name)
     if job is None:
         return
     status = job.get("status") or {}

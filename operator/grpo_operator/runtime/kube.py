@@ -24,6 +24,7 @@ import aiohttp
 import kopf
 
 from grpo_operator import __version__, metrics
+from grpo_operator.runtime.job_cache import JobCache
 from grpo_operator.runtime.priority import REQUEST_PRIORITY, PriorityGate
 
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
@@ -337,8 +338,24 @@ async def get_crd(name: str) -> dict | None:
         raise
 
 
+# Every GRPOJob version the watch delivered or a write of ours answered with (job_cache.py says why that is
+# what a GET would return); the watch handler feeds it, the status and spec writes below too.
+JOBS = JobCache()
+
+
 async def get_grpojob(namespace: str, name: str) -> dict | None:
-    return await get("GRPOJob", namespace, name)
+    """The GRPOJob as the apiserver has it now (kept in JOBS)."""
+    job = await get("GRPOJob", namespace, name)
+    if job is None:
+        JOBS.forget(namespace, name)
+    else:
+        JOBS.remember(job)
+    return job
+
+
+async def current_grpojob(namespace: str, name: str) -> dict | None:
+    """The newest version of the GRPOJob this process saw or wrote; read from the API only when it saw none."""
+    return JOBS.get(namespace, name) or await get_grpojob(namespace, name)
 
 
 async def patch_grpojob_status(namespace: str, name: str, status: dict, resource_version: str | None = None) -> dict:
@@ -348,13 +365,17 @@ async def patch_grpojob_status(namespace: str, name: str, status: dict, resource
     body: dict[str, Any] = {"status": status}
     if resource_version is not None:
         body["metadata"] = {"resourceVersion": resource_version}
-    return await api().request("PATCH", path, body, content_type=MERGE_PATCH)
+    written = await api().request("PATCH", path, body, content_type=MERGE_PATCH)
+    JOBS.remember(written)
+    return written
 
 
 async def patch_grpojob_spec(namespace: str, name: str, spec: dict) -> dict:
     """Merge `spec` into the GRPOJob's spec (the guardrails' suspension: the GRPOJob's own suspend)."""
     path = RESOURCES["GRPOJob"].path(namespace, name)
-    return await api().request("PATCH", path, {"spec": spec}, content_type=MERGE_PATCH)
+    written = await api().request("PATCH", path, {"spec": spec}, content_type=MERGE_PATCH)
+    JOBS.remember(written)
+    return written
 
 
 async def delete(kind: str, namespace: str, name: str, uid: str | None = None) -> None:
