@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -42,10 +43,21 @@ def is_built(component: Component, go: str) -> bool:
 
 
 def build_component(component: Component, go: str, log=sys.stderr) -> Path:
-    """Build one component into its versioned cache dir; a no-op when it is already there."""
+    """Build one component into its versioned cache dir; a no-op when it is already there. One builder per
+    component at a time, across processes (hack/test's background build beside a demo or a benchmark): a second
+    one would delete the first one's staging directory under its `go build`."""
     directory = component_dir(component, go)
     if is_built(component, go):
         return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(f".{directory.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_built(component, go):  # built by the process we waited for
+            return directory
+        return _build_unlocked(component, go, directory, log)
+
+
+def _build_unlocked(component: Component, go: str, directory: Path, log) -> Path:
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "bin").mkdir(parents=True)

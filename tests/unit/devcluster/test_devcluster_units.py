@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import io
 import ipaddress
 import shutil
 import socket
@@ -120,6 +122,25 @@ def test_failed_build_names_the_component_and_leaves_no_partial_output(tmp_path:
     assert error.value.component == "broken"
     assert "undefined" in str(error.value)
     assert not list((tmp_path / "cache").glob("broken-*"))
+
+
+def test_two_builders_of_one_component_build_it_once_and_both_get_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """hack/test's background build and a demo (or a benchmark) started beside it: the second waits for the first
+    instead of deleting its staging directory under its `go build`."""
+    module = tmp_path / "modules" / "hello"
+    module.mkdir(parents=True)
+    (module / "go.mod").write_text("module example.com/hello\n\ngo 1.24\n")
+    (module / "go.sum").write_text("")
+    (module / "main.go").write_text("package main\n\nfunc main() {}\n")
+    monkeypatch.setenv("GRPO_DEVCLUSTER_CACHE", str(tmp_path / "cache"))
+    hello = Component("hello", {"hello": "example.com/hello"}, modules_dir=tmp_path / "modules")
+    go = build.go_version()
+    logs = [io.StringIO(), io.StringIO()]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        built = list(pool.map(lambda log: build.build_component(hello, go, log=log), logs))
+    assert built[0] == built[1] and (built[0] / "bin" / "hello").is_file()
+    assert sum(log.getvalue().count("[devcluster] built hello") for log in logs) == 1
 
 
 def test_the_base_python_prefix_is_the_real_path_its_scripts_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
