@@ -2,7 +2,7 @@
 
 The operator watches no PVCs or Events (a cluster-wide watch of either costs more than these few
 reads): a job that stays Pending gets a timer instead, every `storage_check_seconds`, until it leaves
-Pending. What the claims and their Events mean is decided in `storage.py`.
+Pending or every claim it mounts is bound. What the claims and their Events mean is decided in `storage.py`.
 """
 
 from __future__ import annotations
@@ -63,4 +63,5 @@ async def check_storage(namespace: str, name: str) -> None:
         await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
         if update.status == "False":
             kopf.warn(job, reason="ClaimNotBound", message=update.message)
-    check_storage_later(namespace, name)
+    if not storage.every_claim_bound(facts):
+        check_storage_later(namespace, name)

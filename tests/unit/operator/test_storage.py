@@ -6,7 +6,13 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.reconcile.storage import claims_of, reported_unbound, storage_condition, unbound
+from grpo_operator.reconcile.storage import (
+    claims_of,
+    every_claim_bound,
+    reported_unbound,
+    storage_condition,
+    unbound,
+)
 from grpo_operator.runtime.kube import ClaimFacts, claim_facts_of
 
 PENDING = ClaimFacts(("ReadWriteMany",), "Pending")
@@ -67,3 +73,10 @@ def test_claim_facts_are_read_from_the_claim() -> None:
     claim = {"spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Bound"}}
     assert claim_facts_of(claim) == ClaimFacts(("ReadWriteOnce",), "Bound")
     assert claim_facts_of({"spec": {}}) == ClaimFacts((), "Pending")
+
+
+def test_the_check_stops_only_once_every_claim_exists_and_is_bound() -> None:
+    bound = ClaimFacts(("ReadWriteOnce",), "Bound")
+    assert every_claim_bound([bound, bound])
+    assert not every_claim_bound([bound, PENDING])
+    assert not every_claim_bound([bound, None])  # not created yet (or deleted): look again
