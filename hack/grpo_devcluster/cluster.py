@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from . import images, kwok_config, node_config, pki, processes
+from . import images, kwok_config, leftovers, node_config, pki, processes
 from . import node as node_mod
 from .build import build_all, cache_root, component_dir, go_version
 from .components import ALL, COREDNS, ETCD, HELM, KUBELET, KUBERAY, KUBERNETES, KWOK
@@ -213,6 +213,7 @@ class LocalCluster:
         if holder:
             processes.stop_group(holder)
         node_mod.undo_host_changes(recorded, log=self.log)
+        leftovers.unregister(recorded.netns)
         self._node_changes = {}
         for name in NODE_PROCESSES:
             self._pids.pop(name, None)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from . import images, node_volumes, processes
+from . import images, leftovers, node_volumes, processes
 from . import node_config as cfg
 from . import pki as pki_mod
 from .errors import DevClusterError
@@ -71,6 +71,11 @@ def _sh(*argv: str, what: str | None = None, check: bool = True) -> subprocess.C
     if check and result.returncode != 0:
         raise DevClusterError("real node", f"{what or ' '.join(argv)} failed: {result.stderr.strip()}")
     return result
+
+
+def cgroup_parents() -> list[Path]:
+    """The cgroup directories the kubelet and containerd create (CGROUP_PARENTS in each controller)."""
+    return [c / parent for c in CGROUP_ROOT.iterdir() if c.is_dir() and not c.is_symlink() for parent in CGROUP_PARENTS]
 
 
 def check_host() -> None:
@@ -130,15 +135,18 @@ class RealNode:
         return ["nsenter", "-t", str(self.holder_pid), "-m", "-n", "--", *argv]
 
     def _record_host(self) -> None:
-        suffix = f"{os.getpid() % 100000}"
-        self.changes.netns = f"grpo-node-{suffix}"
-        self.changes.veth = f"grpo-h{suffix}"[:15]
+        self.changes.netns, self.changes.veth = leftovers.node_links(f"{os.getpid() % 100000}")
         self.changes.sysctls = {k: Path("/proc/sys", k).read_text().strip() for k in KUBELET_SYSCTLS}
         self.changes.ip_forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
         self.changes.created_paths = [p for p in FIXED_HOST_PATHS if not os.path.lexists(p)]
         self.changes.netns_before = sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.is_dir() else []
-        self.changes.cgroups = [str(c / parent) for c in CGROUP_ROOT.iterdir() if c.is_dir() and not c.is_symlink()
-                                for parent in CGROUP_PARENTS if not (c / parent).exists()]
+        self.changes.cgroups = [str(p) for p in cgroup_parents() if not p.exists()]
+
+    def _changed(self) -> None:
+        """The record of host changes grew: into the cluster's state.json and the host's registry of nodes."""
+        state = changes_to_state(self.changes)
+        leftovers.register(state)
+        self.on_change(state)
 
     def _network(self) -> None:
         ns, veth = self.changes.netns, self.changes.veth
@@ -203,10 +211,13 @@ class RealNode:
     def start(self, references: list[str], export: images.NodeImageExport) -> None:
         """Bring the node up and Ready, with the images `references` names in its containerd (see load_images)."""
         check_host()
+        # Before recording the host as it is: a node killed without stop would be taken for the host's own state.
+        leftovers.remove_leftovers(lambda changes: undo_host_changes(changes_from_state(changes), log=self.log),
+                                   cfg.POD_RANGE, cgroup_parents(), log=self.log)
         self._record_host()
-        self.on_change(changes_to_state(self.changes))
+        self._changed()
         self._network()
-        self.on_change(changes_to_state(self.changes))
+        self._changed()
         self._holder()
         self._write_configs()
         self._forward_apiserver()
