@@ -17,6 +17,9 @@ class OperatorSettings:
     dependency_retry_seconds: float = 30.0
     # How often the claims of a job that is still Pending are checked for binding (reconcile/storage.py).
     storage_check_seconds: float = 20.0
+    # How long a claim may be Pending while its provisioner works on it (or before any controller has said
+    # anything) before the storage check reports it: a burst of claims keeps a provisioner busy for a while.
+    claim_provisioning_grace_seconds: float = 120.0
     # How soon a job whose creation failed past the client's own retries (an API outage) is tried again.
     error_retry_seconds: float = 15.0
     # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
@@ -44,6 +47,9 @@ class OperatorSettings:
                 ),
                 error_retry_seconds=float(env.get(prefix + "ERROR_RETRY_SECONDS", cls.error_retry_seconds)),
                 storage_check_seconds=float(env.get(prefix + "STORAGE_CHECK_SECONDS", cls.storage_check_seconds)),
+                claim_provisioning_grace_seconds=float(
+                    env.get(prefix + "CLAIM_PROVISIONING_GRACE_SECONDS", cls.claim_provisioning_grace_seconds)
+                ),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
                 max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),

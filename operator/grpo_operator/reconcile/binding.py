@@ -2,12 +2,14 @@
 
 The operator watches no PVCs or Events (a cluster-wide watch of either costs more than these few
 reads): a job that stays Pending gets a timer instead, every `storage_check_seconds`, until it leaves
-Pending or every claim it mounts is bound. What the claims and their Events mean is decided in `storage.py`.
+Pending or every claim it mounts is bound. The jobs waiting in a namespace share one list of its claims and
+one of their Events. A claim that a provisioner is still working on is given `claim_provisioning_grace_seconds`
+before it is reported. What the claims and their Events mean is decided in `storage.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
+from datetime import UTC, datetime
 
 import kopf
 from pydantic import ValidationError
@@ -18,12 +20,33 @@ from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
 from grpo_operator.reconcile.status import merge_conditions
 from grpo_operator.runtime import kube
+from grpo_operator.runtime.lookups import SharedLookups
 
 # A timer of their own, beside the creation retries (handlers.RETRIES): both may be pending for a job.
 STORAGE_CHECKS = Retries()
 # Phases in which a claim that cannot bind holds the job up: the preflight pod mounts the claims too, so
 # an unbound claim leaves it Pending and the job in Preflight as surely as it leaves Ray pods Pending.
 CLAIMS_CHECKED_IN = ("Preflight", "Pending")
+
+
+# The jobs that wait in a namespace share one list of its claims and one of their Events, each read at most every
+# few seconds: per job, the check read each claim it mounts and the Events of each unbound one (most of a burst's
+# requests per job, bench/operator/RESULTS.md).
+_SHARED_SECONDS = 5.0
+_CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
+_EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
+
+
+def _always(_: object) -> bool:
+    return True
+
+
+def seconds_since(timestamp: str, now: datetime) -> float:
+    """Seconds from an RFC 3339 timestamp of the apiserver to `now`; infinite when there is none."""
+    try:
+        return (now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return float("inf")
 
 
 def check_storage_later(namespace: str, name: str) -> None:
@@ -49,12 +72,15 @@ async def check_storage(namespace: str, name: str) -> None:
     except (ValidationError, PlanError):
         return
     watched = storage.claims_of(job_spec, job_plan)
-    facts = await asyncio.gather(*(kube.claim_facts(namespace, c) for c in watched))
+    claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=_always)
+    facts = [claims.get(c) for c in watched]
     problems = []
+    now = datetime.now(UTC)
     for (claim, field), found in zip(watched.items(), facts, strict=True):
         if found is not None and found.phase != "Bound":
-            events = await kube.events_of(namespace, "PersistentVolumeClaim", claim)
-            problem = storage.unbound(claim, field, found, events)
+            events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=_always)
+            problem = storage.unbound(claim, field, found, events.get(claim, []), seconds_since(found.created, now),
+                                      SETTINGS.claim_provisioning_grace_seconds)
             if problem is not None:
                 problems.append(problem)
     update = storage.storage_condition(problems, storage.reported_unbound(status))

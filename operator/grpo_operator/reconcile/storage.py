@@ -21,6 +21,9 @@ from grpo_operator.runtime.kube import ClaimFacts
 CONDITION = "ClaimsBound"
 # A WaitForFirstConsumer claim binds once a pod that mounts it is scheduled: not a storage problem.
 WAITING_FOR_POD = "WaitForFirstConsumer"
+# A provisioner at work (the PV controller's Normal Events while it waits for one): a problem only once the claim
+# has waited longer than the grace, since a missing provisioner says exactly the same, forever.
+IN_PROGRESS = frozenset({"ExternalProvisioning", "Provisioning"})
 HINT = (
     "the job's pods cannot start until it binds; see docs/troubleshooting.md#a-claim-does-not-bind "
     "(ReadWriteMany needs a shared-filesystem StorageClass)"
@@ -62,11 +65,16 @@ def _when(event: Mapping[str, Any]) -> str:
                (event.get("metadata") or {}).get("creationTimestamp") or "")
 
 
-def unbound(claim: str, field: str, facts: ClaimFacts, events: Sequence[Mapping[str, Any]]) -> ClaimProblem | None:
-    """The claim's problem from its phase and its newest Event; None when bound or merely waiting for a pod."""
+def unbound(claim: str, field: str, facts: ClaimFacts, events: Sequence[Mapping[str, Any]],
+            waited: float = float("inf"), grace: float = 0.0) -> ClaimProblem | None:
+    """The claim's problem from its phase and its newest Event; None when bound, merely waiting for a pod, or
+    being provisioned (or not yet looked at) for less than `grace` seconds (`waited`: since its creation)."""
     if facts.phase == "Bound":
         return None
     latest = max(events, key=_when, default=None)
+    in_progress = latest is None or (latest.get("reason") in IN_PROGRESS and latest.get("type") != "Warning")
+    if in_progress and waited < grace:
+        return None
     if latest is None:
         return ClaimProblem(claim, field, facts.phase, "no Events: nothing has tried to provision or bind it yet")
     if latest.get("reason") == WAITING_FOR_POD:

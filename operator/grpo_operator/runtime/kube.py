@@ -430,12 +430,14 @@ class ClaimFacts:
 
     access_modes: tuple[str, ...]
     phase: str
+    created: str = ""  # metadata.creationTimestamp
 
 
 def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
     return ClaimFacts(
         access_modes=tuple((claim.get("spec") or {}).get("accessModes") or ()),
         phase=str((claim.get("status") or {}).get("phase") or "Pending"),
+        created=str((claim.get("metadata") or {}).get("creationTimestamp") or ""),
     )
 
 
@@ -444,11 +446,20 @@ async def claim_facts(namespace: str, name: str) -> ClaimFacts | None:
     return None if found is None else claim_facts_of(found)
 
 
-async def events_of(namespace: str, kind: str, name: str) -> list[dict]:
-    """The core/v1 Events about one object (the claims' binding and provisioning Events)."""
-    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
-    found = await api().request("GET", RESOURCES["Event"].path(namespace), params={"fieldSelector": selector})
-    return found.get("items") or []
+async def claims_in(namespace: str) -> dict[str, ClaimFacts]:
+    """Every PersistentVolumeClaim of the namespace, by name: one list for all the jobs that wait there."""
+    found = await api().request("GET", RESOURCES["PersistentVolumeClaim"].path(namespace))
+    return {c["metadata"]["name"]: claim_facts_of(c) for c in found.get("items") or []}
+
+
+async def claim_events_in(namespace: str) -> dict[str, list[dict]]:
+    """The namespace's Events about PersistentVolumeClaims (binding, provisioning), by claim name."""
+    params = {"fieldSelector": "involvedObject.kind=PersistentVolumeClaim"}
+    found = await api().request("GET", RESOURCES["Event"].path(namespace), params=params)
+    by_claim: dict[str, list[dict]] = {}
+    for event in found.get("items") or []:
+        by_claim.setdefault((event.get("involvedObject") or {}).get("name", ""), []).append(event)
+    return by_claim
 
 
 async def patch_rayjob_ttl(namespace: str, name: str, seconds: int) -> None:

@@ -12,14 +12,15 @@ def test_defaults_without_environment() -> None:
     assert settings.max_jobs_in_flight == 64 and settings.error_retry_seconds == 15.0
     # The production timers (the e2e tests run with seconds instead: operator_runner.TEST_TIMERS).
     assert (settings.dependency_retry_seconds, settings.storage_check_seconds) == (30.0, 20.0)
+    assert settings.claim_provisioning_grace_seconds == 120.0
 
 
 def test_the_timers_the_e2e_tests_shorten_are_read_from_the_environment() -> None:
     from grpo_devcluster.operator_runner import TEST_TIMERS
 
     settings = OperatorSettings.from_env(TEST_TIMERS)
-    assert (settings.dependency_retry_seconds, settings.storage_check_seconds, settings.error_retry_seconds) == (
-        2.0, 2.0, 2.0)
+    assert (settings.dependency_retry_seconds, settings.storage_check_seconds, settings.error_retry_seconds,
+            settings.claim_provisioning_grace_seconds) == (2.0, 2.0, 2.0, 2.0)
 
 
 def test_tuning_variables_override_the_defaults() -> None:

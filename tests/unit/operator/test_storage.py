@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
+from grpo_operator.reconcile.binding import seconds_since
 from grpo_operator.reconcile.storage import (
     claims_of,
     every_claim_bound,
@@ -71,7 +73,7 @@ def test_the_condition_turns_true_only_after_it_was_false() -> None:
 
 def test_claim_facts_are_read_from_the_claim() -> None:
     claim = {"spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Bound"}}
-    assert claim_facts_of(claim) == ClaimFacts(("ReadWriteOnce",), "Bound")
+    assert claim_facts_of(claim) == ClaimFacts(("ReadWriteOnce",), "Bound", "")
     assert claim_facts_of({"spec": {}}) == ClaimFacts((), "Pending")
 
 
@@ -80,3 +82,25 @@ def test_the_check_stops_only_once_every_claim_exists_and_is_bound() -> None:
     assert every_claim_bound([bound, bound])
     assert not every_claim_bound([bound, PENDING])
     assert not every_claim_bound([bound, None])  # not created yet (or deleted): look again
+
+
+def test_a_claim_being_provisioned_is_reported_only_after_the_grace() -> None:
+    provisioning = [_event("ExternalProvisioning", "waiting for a volume to be created by the external provisioner "
+                           "'ebs.csi.aws.com'", "2026-01-01T00:00:01Z", kind="Normal")]
+    assert unbound("c", "checkpoints.volume", PENDING, provisioning, waited=30, grace=120) is None
+    assert unbound("c", "checkpoints.volume", PENDING, [], waited=30, grace=120) is None  # nobody has looked yet
+    late = unbound("c", "checkpoints.volume", PENDING, provisioning, waited=121, grace=120)
+    assert late is not None and late.reason == "ExternalProvisioning" and "ebs.csi.aws.com" in late.message
+
+
+def test_a_failure_is_reported_at_once_within_the_grace() -> None:
+    failed = [_event("ProvisioningFailed", "access mode ReadWriteMany not supported", "2026-01-01T00:00:02Z"),
+              _event("ExternalProvisioning", "waiting", "2026-01-01T00:00:01Z", kind="Normal")]
+    problem = unbound("c", "checkpoints.volume", PENDING, failed, waited=5, grace=120)
+    assert problem is not None and problem.reason == "ProvisioningFailed"
+
+
+def test_a_claims_wait_is_counted_from_its_creation() -> None:
+    now = datetime(2026, 1, 1, 0, 2, 0, tzinfo=UTC)
+    assert seconds_since("2026-01-01T00:00:30Z", now) == 90
+    assert seconds_since("", now) == float("inf")
