@@ -29,22 +29,29 @@ class NodeView:
     labels: Mapping[str, str]
     taints: tuple[Mapping[str, Any], ...]
     allocatable: Mapping[str, str]
+    amounts: Mapping[str, Decimal]  # allocatable parsed once (a quantity that does not parse counts as none)
 
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> NodeView:
         meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+        allocatable = dict(status.get("allocatable") or {})
         return cls(
             name=str(meta.get("name", "")),
             labels=dict(meta.get("labels") or {}),
             taints=tuple(spec.get("taints") or ()),
-            allocatable=dict(status.get("allocatable") or {}),
+            allocatable=allocatable,
+            amounts={resource: _parsed(value) for resource, value in allocatable.items()},
         )
 
     def amount(self, resource: str) -> Decimal:
-        try:
-            return parse_quantity(self.allocatable.get(resource, "0"))
-        except (InvalidOperation, ValueError):
-            return Decimal(0)
+        return self.amounts.get(resource, Decimal(0))
+
+
+def _parsed(quantity: str) -> Decimal:
+    try:
+        return parse_quantity(quantity)
+    except (InvalidOperation, ValueError):
+        return Decimal(0)
 
 
 def selector_string(selector: Mapping[str, str]) -> str:
@@ -76,11 +83,17 @@ def usable(node: NodeView, pod: PodShape) -> bool:
     return all(tolerates(pod.tolerations, t) for t in blocking)
 
 
-def pods_that_fit(node: NodeView, group: WorkerGroup) -> int:
-    """How many of the group's pods the node's allocatable GPUs, CPUs and memory hold."""
+def pod_wants(group: WorkerGroup) -> dict[str, Decimal]:
+    """What one of the group's pods asks of a node, by resource (those it asks nothing of left out)."""
     wants = {GPU_RESOURCE: Decimal(group.gpus), "cpu": parse_quantity(group.pod.cpu),
              "memory": parse_quantity(group.pod.memory)}
-    return int(min(node.amount(resource) / amount for resource, amount in wants.items() if amount > 0))
+    return {resource: amount for resource, amount in wants.items() if amount > 0}
+
+
+def pods_that_fit(node: NodeView, group: WorkerGroup, wants: Mapping[str, Decimal] | None = None) -> int:
+    """How many of the group's pods the node's allocatable GPUs, CPUs and memory hold."""
+    wants = pod_wants(group) if wants is None else wants
+    return int(min(node.amount(resource) / amount for resource, amount in wants.items()))
 
 
 @dataclass(frozen=True)
@@ -102,10 +115,10 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
     """One shortfall per role whose pool cannot hold its pods even when empty."""
     found = []
     for group in plan.groups:
+        if _enough(nodes, group):
+            continue
         mine = [n for n in nodes if usable(n, group.pod)]
         fit = sum(pods_that_fit(n, group) for n in mine)
-        if fit >= group.replicas:
-            continue
         field = f"placement.roles.{group.role}"
         if not mine:
             why = f"no node matches the pool {_pool(group)} (labels, and taints the role tolerates)"
@@ -122,6 +135,18 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
             f"tolerations, or lower its gpus/replicas. The job starts by itself once the nodes exist.",
         ))
     return found
+
+
+def _enough(nodes: Sequence[NodeView], group: WorkerGroup) -> bool:
+    """Whether the pool holds the group's pods, reading nodes only until it does: with hundreds of nodes in a
+    pool, the first few usually do, and this runs for every job."""
+    wants, fit = pod_wants(group), 0
+    for node in nodes:
+        if usable(node, group.pod):
+            fit += pods_that_fit(node, group, wants)
+            if fit >= group.replicas:
+                return True
+    return False
 
 
 def gpu_memory_by_role(plan: Plan, nodes: Sequence[NodeView], override: int | None) -> dict[str, int]:

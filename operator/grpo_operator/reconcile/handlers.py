@@ -393,7 +393,7 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
     """The nodes each role's nodeSelector matches (one shared read per selector); None when unreadable."""
     selectors = sorted({selector_string(g.pod.node_selector) for g in job_plan.groups})
     try:
-        reads = (_NODES.lookup(s, lambda s=s: kube.list_nodes(s), keep=_always) for s in selectors)
+        reads = (_NODES.lookup(s, lambda s=s: _node_views(s), keep=_always) for s in selectors)
         found = await asyncio.gather(*reads)
     except kube.ApiError as exc:
         if exc.status != 403:
@@ -401,13 +401,17 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
         kopf.warn(job, reason="NodesUnreadable", message="the operator may not list nodes (chart value "
                   "rbac.nodes): pool capacity and GPU memory are not checked")
         return None
-    unique = {n["metadata"]["name"]: n for nodes in found for n in nodes}
-    return [NodeView.of(n) for n in unique.values()]
+    return list({view.name: view for views in found for view in views}.values())
+
+
+async def _node_views(selector: str) -> list[NodeView]:
+    # Made once per read and shared by the jobs of a burst, not once per job.
+    return [NodeView.of(n) for n in await kube.list_nodes(selector)]
 
 
 def _always(_: object) -> bool:
     return True  # a burst of jobs reads each pool once; an empty pool is judged again on the retry
 
 
-_NODES: SharedLookups[list[dict]] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
+_NODES: SharedLookups[list[NodeView]] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)
 

@@ -112,13 +112,18 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         kopf.event(job, type="Warning", reason=restarted.reason, message=restarted.message)
     if observation.finished:
         metrics.observe_completion(job["metadata"].get("creationTimestamp"), observation.phase)
-    if observation.phase != status.get("phase"):
+    if observation.phase != status.get("phase") and observation.phase not in _PHASES_WITHOUT_AN_EVENT:
         kopf.event(
             job,
             type="Warning" if observation.phase == "Failed" else "Normal",
             reason=observation.ready.reason,
             message=observation.ready.message,
         )
+
+
+# Events say what was decided and how a job ended. Reaching Pending or Running is in the phase (kubectl get -w)
+# and in KubeRay's own Events on the RayJob; an Event of ours for it was one more request per job.
+_PHASES_WITHOUT_AN_EVENT = frozenset({"Pending", "Running"})
 
 
 def _restarted(status: dict, observation: Observation, facts: _Facts) -> ConditionUpdate | None:

@@ -94,12 +94,9 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehears
     if status.get("startTime"):
         fields["startTime"] = status["startTime"]
     if deployment in _PENDING:
-        cluster_state = (status.get("rayClusterStatus") or {}).get("state", "")
-        detail = (
-            f" (RayCluster {status.get('rayClusterName')} is {cluster_state or 'being created'})"
-            if status.get("rayClusterName")
-            else ""
-        )
+        # The RayCluster's name, not its state: each state KubeRay passes through on the way to Running would be
+        # one more status write (and watch event) per job, for a word the RayCluster itself shows.
+        detail = f" {status['rayClusterName']}" if status.get("rayClusterName") else ""
         return Observation(
             "Pending",
             ConditionUpdate(

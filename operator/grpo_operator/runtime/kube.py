@@ -247,7 +247,10 @@ class Client:
         *,
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
+        answer: bool = True,
     ) -> dict[str, Any]:
+        """The apiserver's answer, parsed; with `answer=False` it is not parsed and {} is returned (a create's
+        answer is the whole object, a RayJob's tens of KB, that nobody here reads)."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         site = CALL_SITE.get()
         headers = {"User-Agent": user_agent(site)}
@@ -265,7 +268,7 @@ class Client:
                     session, method, self._server + path, data=data, headers=headers, params=params
                 )
                 if status < 300:
-                    return json.loads(text) if text else {}
+                    return json.loads(text) if text and answer else {}
                 if status == 401 and not relogged:
                     relogged = True  # a rotated service-account token: read it again, once
                     await self._connect(stale=session)
@@ -307,7 +310,7 @@ async def create_if_absent(body: dict) -> bool:
     """Create `body`; True if this call created it, False if it already existed."""
     resource = RESOURCES[body["kind"]]
     try:
-        await api().request("POST", resource.path(body["metadata"]["namespace"]), body, params=STRICT)
+        await api().request("POST", resource.path(body["metadata"]["namespace"]), body, params=STRICT, answer=False)
     except ApiError as exc:
         if exc.status == 409:
             return False
@@ -384,7 +387,7 @@ async def delete(kind: str, namespace: str, name: str, uid: str | None = None) -
     if uid is not None:
         body["preconditions"] = {"uid": uid}
     try:
-        await api().request("DELETE", RESOURCES[kind].path(namespace, name), body)
+        await api().request("DELETE", RESOURCES[kind].path(namespace, name), body, answer=False)
     except ApiError as exc:
         if exc.status not in (404, 409):  # 409: the uid precondition failed, someone replaced it already
             raise

@@ -24,6 +24,13 @@ def test_missing_and_initializing_rayjob_is_pending() -> None:
     assert "j-abc" in pending.ready.message
 
 
+def test_the_ray_clusters_states_on_the_way_to_running_change_nothing_the_status_shows() -> None:
+    """One status write per job while its cluster starts, not one per RayCluster state (bench/operator)."""
+    seen = [observe_rayjob("j", _rayjob("Initializing", rayClusterName="j-abc", rayClusterStatus={"state": state}),
+                           export_enabled=False) for state in ("", "ready")]
+    assert seen[0] == seen[1]
+
+
 def test_running_rayjob_is_running_and_ready() -> None:
     running = observe_rayjob("j", _rayjob("Running", rayClusterName="j-abc"), export_enabled=True)
     assert (running.phase, running.ready.status) == ("Running", "True")
