@@ -21,6 +21,7 @@ from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
 from grpo_operator.reconcile.status import merge_conditions
 from grpo_operator.runtime import kube
 from grpo_operator.runtime.lookups import SharedLookups
+from grpo_operator.runtime.per_generation import PerGeneration
 
 # A timer of their own, beside the creation retries (handlers.RETRIES): both may be pending for a job.
 STORAGE_CHECKS = Retries()
@@ -39,6 +40,18 @@ _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
 
 def _always(_: object) -> bool:
     return True
+
+
+def _claims_mounted(job: dict) -> dict[str, str] | None:
+    meta = job["metadata"]
+    try:
+        return storage.claims_of(*parse(meta["name"], meta["namespace"], job["spec"]))
+    except (ValidationError, PlanError):
+        return None
+
+
+# The claims each job mounts, from its spec parsed once per generation (the check runs every few seconds).
+_WATCHED = PerGeneration(_claims_mounted)
 
 
 def seconds_since(timestamp: str, now: datetime) -> float:
@@ -67,11 +80,9 @@ async def check_storage(namespace: str, name: str) -> None:
     status = (job or {}).get("status") or {}
     if job is None or status.get("phase") not in CLAIMS_CHECKED_IN:
         return
-    try:
-        job_spec, job_plan = parse(name, namespace, job["spec"])
-    except (ValidationError, PlanError):
+    watched = _WATCHED.of(job)
+    if watched is None:
         return
-    watched = storage.claims_of(job_spec, job_plan)
     claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=_always)
     facts = [claims.get(c) for c in watched]
     problems = []

@@ -28,6 +28,7 @@ from grpo_operator.reconcile.status import (
 from grpo_operator.render import render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.runtime import kube
+from grpo_operator.runtime.per_generation import PerGeneration
 
 _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
@@ -145,28 +146,22 @@ class _Facts:
     resume: str
 
 
-_FACTS: dict[tuple[str, str, str, int], _Facts] = {}
-_FACTS_MAX = 4096
+def _derive_facts(job: dict) -> _Facts | None:
+    meta = job["metadata"]
+    try:
+        job_spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+    except (ValidationError, PlanError):
+        return None
+    return _Facts(job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_plan.retries,
+                  job_spec.checkpoints.resume)
+
+
+# Parsed and planned once per generation, not on every RayJob event (6 ms each, 5+ per job).
+_FACTS = PerGeneration(_derive_facts)
 
 
 def _facts(job: dict) -> _Facts | None:
-    """Parse and plan a job once per generation, not on every RayJob event (6 ms each, 5+ per job)."""
-    meta = job["metadata"]
-    key = (meta["namespace"], meta["name"], meta.get("uid", ""), int(meta.get("generation") or 0))
-    found = _FACTS.get(key)
-    if found is None:
-        try:
-            job_spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
-        except (ValidationError, PlanError):
-            return None
-        found = _Facts(
-            job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_plan.retries,
-            job_spec.checkpoints.resume,
-        )
-        if len(_FACTS) >= _FACTS_MAX:
-            _FACTS.pop(next(iter(_FACTS)), None)  # oldest first: dicts keep insertion order
-        _FACTS[key] = found
-    return found
+    return _FACTS.of(job)
 
 
 
