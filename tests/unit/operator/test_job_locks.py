@@ -161,3 +161,35 @@ def test_retry_queued_for_a_slot_does_not_hold_the_jobs_lock(monkeypatch: pytest
     seen = _while_the_slots_are_taken(lambda: handlers._retry(*KEY), one_slot, mirrored)
     assert seen == ["slots taken: created=[], mirrored=1, mirror done=True, path done=False",
                     "slot freed: created=['tiny']"]
+
+
+def test_a_create_gives_its_slot_back_once_its_children_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What follows creation (the status write, the Event) needs the job's lock, not a slot: with one slot, the
+    next job's create starts while the first one still writes its status."""
+    monkeypatch.setattr(handlers, "_JOB_SLOTS", asyncio.Semaphore(1))
+    order: list[str] = []
+    second_done = asyncio.Event()
+
+    async def create(job: dict) -> None:
+        name = job["metadata"]["name"]
+        order.append(f"{name} created its children")
+        handlers._release_slot()
+        if name == "first":
+            await asyncio.wait_for(second_done.wait(), 30)  # its status write waits for the second job's create
+        order.append(f"{name} wrote its status")
+        second_done.set()
+
+    monkeypatch.setitem(handlers.ACTIONS, Action.CREATE, create)
+
+    def event(name: str) -> Awaitable[None]:
+        body = {"metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}", "generation": 1}, "spec": {}}
+        return handlers.grpojob_event(event={"type": "ADDED"}, body=body, namespace="ns", name=name,
+                                      uid=f"uid-{name}")
+
+    async def scenario() -> None:
+        await asyncio.gather(event("first"), event("second"))
+
+    asyncio.run(scenario())
+    assert order == ["first created its children", "second created its children", "second wrote its status",
+                     "first wrote its status"]
+    assert handlers._JOB_SLOTS._value == 1  # given back once, not twice
