@@ -133,8 +133,7 @@ def remove_leftovers(undo, pod_range: str, cgroup_parents: list[Path], log=sys.s
             subprocess.run(["ip", "link", "del", veth], capture_output=True, check=False)
             subprocess.run(["ip", "netns", "del", entry.name], capture_output=True, check=False)
             removed.append(f"the node namespace {entry.name} (unrecorded, no process in it)")
-    live = [e for e in NETNS_DIR.glob(f"{NODE_NETNS_PREFIX}*")] if NETNS_DIR.is_dir() else []
-    if not live:
+    if not (NETNS_DIR.is_dir() and any(NETNS_DIR.glob(f"{NODE_NETNS_PREFIX}*"))):
         removed += _remove_shared_leftovers(pod_range, cgroup_parents)
     for line in removed:
         print(f"[real node] removed what a node killed without stop left: {line}", file=log, flush=True)
@@ -148,11 +147,8 @@ def _remove_shared_leftovers(pod_range: str, cgroup_parents: list[Path]) -> list
         subprocess.run(["ip", "netns", "del", entry.name], capture_output=True, check=False)
         removed.append(f"the pod namespace {entry.name}")
     for parent in cgroup_parents:
-        if parent.is_dir() and not _has_processes(parent):
-            for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                _try_rmdir(directory)
-            if _try_rmdir(parent):
-                removed.append(f"the cgroup {parent}")
+        if parent.is_dir() and not _has_processes(parent) and not remove_cgroup_tree(parent):
+            removed.append(f"the cgroup {parent}")
     routes = subprocess.run(["ip", "route", "show", pod_range], capture_output=True, text=True, check=False).stdout
     if "blackhole" in routes:
         subprocess.run(["ip", "route", "del", "blackhole", pod_range], capture_output=True, check=False)
@@ -170,13 +166,24 @@ def _has_processes(cgroup: Path) -> bool:
     return False
 
 
-def _try_rmdir(directory: Path) -> bool:
-    for _ in range(20):
+def remove_cgroup_tree(cgroup: Path) -> list[str]:
+    """rmdir the cgroup and every cgroup under it, deepest first; returns what could not go. A cgroup goes only once
+    its processes are gone, which the kernel takes a moment to see after they were killed: each is tried for 5 s."""
+    if not cgroup.is_dir():
+        return []
+    below = sorted((d for d in cgroup.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts))
+    return [problem for directory in (*below, cgroup) if (problem := _rmdir(directory)) is not None]
+
+
+def _rmdir(directory: Path) -> str | None:
+    error: OSError | None = None
+    for _ in range(50):
         try:
             directory.rmdir()
-            return True
+            return None
         except FileNotFoundError:
-            return False
-        except OSError:
-            time.sleep(0.05)
-    return False
+            return None
+        except OSError as exc:
+            error = exc
+            time.sleep(0.1)
+    return f"cgroup {directory}: {error}"

@@ -422,10 +422,7 @@ def undo_host_changes(changes: HostChanges, log=sys.stderr) -> list[str]:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), 9)
     for cgroup in created:
-        if cgroup.is_dir():
-            for directory in sorted((d for d in cgroup.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                _rmdir(directory, problems)
-            _rmdir(cgroup, problems)
+        problems += leftovers.remove_cgroup_tree(cgroup)
     for name, value in changes.sysctls.items():
         try:
             Path("/proc/sys", name).write_text(value)
@@ -448,19 +445,6 @@ def undo_host_changes(changes: HostChanges, log=sys.stderr) -> list[str]:
     for problem in problems:
         print(f"[real node] cleanup: {problem}", file=log, flush=True)
     return problems
-
-
-def _rmdir(directory: Path, problems: list[str]) -> None:
-    for attempt in range(50):
-        try:
-            directory.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if attempt == 49:
-                problems.append(f"cgroup {directory}: {exc}")
-            time.sleep(0.1)
 
 
 def changes_from_state(state: dict) -> HostChanges:

@@ -20,7 +20,7 @@ from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
 from grpo_operator.reconcile.status import merge_conditions
 from grpo_operator.runtime import kube
-from grpo_operator.runtime.lookups import SharedLookups
+from grpo_operator.runtime.lookups import SharedLookups, always
 from grpo_operator.runtime.per_generation import PerGeneration
 
 # A timer of their own, beside the creation retries (handlers.RETRIES): both may be pending for a job.
@@ -36,10 +36,6 @@ CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 _SHARED_SECONDS = 5.0
 _CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
 _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
-
-
-def _always(_: object) -> bool:
-    return True
 
 
 def _claims_mounted(job: dict) -> dict[str, str] | None:
@@ -83,13 +79,13 @@ async def check_storage(namespace: str, name: str) -> None:
     watched = _WATCHED.of(job)
     if watched is None:
         return
-    claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=_always)
+    claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
     facts = [claims.get(c) for c in watched]
     problems = []
     now = datetime.now(UTC)
     for (claim, field), found in zip(watched.items(), facts, strict=True):
         if found is not None and found.phase != "Bound":
-            events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=_always)
+            events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=always)
             problem = storage.unbound(claim, field, found, events.get(claim, []), seconds_since(found.created, now),
                                       SETTINGS.claim_provisioning_grace_seconds)
             if problem is not None:

@@ -47,7 +47,7 @@ from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, 
 from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube, priority
-from grpo_operator.runtime.lookups import SharedLookups
+from grpo_operator.runtime.lookups import SharedLookups, always
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
 log = logging.getLogger("grpo_operator")
@@ -437,7 +437,8 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
     """The nodes each role's nodeSelector matches (one shared read per selector); None when unreadable."""
     selectors = sorted({selector_string(g.pod.node_selector) for g in job_plan.groups})
     try:
-        reads = (_NODES.lookup(s, lambda s=s: _node_views(s), keep=_always) for s in selectors)
+        # keep=always: a burst of jobs reads each pool once; an empty pool is judged again on the retry
+        reads = (_NODES.lookup(s, lambda s=s: _node_views(s), keep=always) for s in selectors)
         found = await asyncio.gather(*reads)
     except kube.ApiError as exc:
         if exc.status != 403:
@@ -451,10 +452,6 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
 async def _node_views(selector: str) -> list[NodeView]:
     # Made once per read and shared by the jobs of a burst, not once per job.
     return [NodeView.of(n) for n in await kube.list_nodes(selector)]
-
-
-def _always(_: object) -> bool:
-    return True  # a burst of jobs reads each pool once; an empty pool is judged again on the retry
 
 
 _NODES: SharedLookups[list[NodeView]] = SharedLookups(DEPENDENCY_MEMORY_SECONDS)

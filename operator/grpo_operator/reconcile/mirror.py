@@ -73,7 +73,7 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
     if record.pending is not None:
         await start_pending_attempt(namespace, name)  # a rollback waits for the old RayJob to be gone
         return
-    facts = _facts(job)
+    facts = _FACTS.of(job)
     if facts is None:
         return  # reconcile() reports these
     if rayjob is _UNREAD:
@@ -158,10 +158,6 @@ def _derive_facts(job: dict) -> _Facts | None:
 
 # Parsed and planned once per generation, not on every RayJob event (6 ms each, 5+ per job).
 _FACTS = PerGeneration(_derive_facts)
-
-
-def _facts(job: dict) -> _Facts | None:
-    return _FACTS.of(job)
 
 
 

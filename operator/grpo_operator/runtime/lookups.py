@@ -21,6 +21,11 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
+def always(_: object) -> bool:
+    """`keep` for answers worth remembering whatever they are (a pool's nodes, a namespace's claims)."""
+    return True
+
+
 class SharedLookups(Generic[T]):
     """`lookup(key, fetch)`: `fetch()`'s answer, shared by concurrent callers, remembered when `keep(answer)`."""
 

@@ -107,16 +107,21 @@ def test_missing_go_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "not on PATH" in str(error.value)
 
 
+def _go_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, main: str) -> Component:
+    """A one-file Go module example.com/NAME under tmp_path, as a component built into a cache of its own."""
+    module = tmp_path / "modules" / name
+    module.mkdir(parents=True)
+    (module / "go.mod").write_text(f"module example.com/{name}\n\ngo 1.24\n")
+    (module / "go.sum").write_text("")
+    (module / "main.go").write_text(f"package main\n\n{main}\n")
+    monkeypatch.setenv("GRPO_DEVCLUSTER_CACHE", str(tmp_path / "cache"))
+    return Component(name, {name: f"example.com/{name}"}, modules_dir=tmp_path / "modules")
+
+
 @pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
 def test_failed_build_names_the_component_and_leaves_no_partial_output(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    module = tmp_path / "modules" / "broken"
-    module.mkdir(parents=True)
-    (module / "go.mod").write_text("module example.com/broken\n\ngo 1.24\n")
-    (module / "go.sum").write_text("")
-    (module / "main.go").write_text("package main\n\nfunc main() { undefined() }\n")
-    monkeypatch.setenv("GRPO_DEVCLUSTER_CACHE", str(tmp_path / "cache"))
-    broken = Component("broken", {"broken": "example.com/broken"}, modules_dir=tmp_path / "modules")
+    broken = _go_component(tmp_path, monkeypatch, "broken", "func main() { undefined() }")
     with pytest.raises(DevClusterError) as error:
         build.build_component(broken, build.go_version())
     assert error.value.component == "broken"
@@ -124,17 +129,12 @@ def test_failed_build_names_the_component_and_leaves_no_partial_output(tmp_path:
     assert not list((tmp_path / "cache").glob("broken-*"))
 
 
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
 def test_two_builders_of_one_component_build_it_once_and_both_get_it(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """hack/test's background build and a demo (or a benchmark) started beside it: the second waits for the first
     instead of deleting its staging directory under its `go build`."""
-    module = tmp_path / "modules" / "hello"
-    module.mkdir(parents=True)
-    (module / "go.mod").write_text("module example.com/hello\n\ngo 1.24\n")
-    (module / "go.sum").write_text("")
-    (module / "main.go").write_text("package main\n\nfunc main() {}\n")
-    monkeypatch.setenv("GRPO_DEVCLUSTER_CACHE", str(tmp_path / "cache"))
-    hello = Component("hello", {"hello": "example.com/hello"}, modules_dir=tmp_path / "modules")
+    hello = _go_component(tmp_path, monkeypatch, "hello", "func main() {}")
     go = build.go_version()
     logs = [io.StringIO(), io.StringIO()]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
