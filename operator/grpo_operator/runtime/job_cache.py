@@ -33,12 +33,13 @@ class JobCache:
         self._jobs: dict[Key, tuple[int | None, str, str]] = {}  # key -> (revision, uid, JSON)
 
     def remember(self, job: dict[str, Any]) -> None:
-        """Keep `job` unless a later version of it (a larger resourceVersion) is kept already."""
+        """Keep `job` unless that version or a later one (resourceVersion) is kept already: the watch event of each
+        of our own writes brings back the version its answer gave us, and is not serialized a second time."""
         meta = job.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         revision, uid = _revision(job), meta.get("uid", "")
         kept = self._jobs.get(key)
-        if kept is not None and kept[1] == uid and kept[0] is not None and revision is not None and kept[0] > revision:
+        if kept is not None and kept[1] == uid and kept[0] is not None and revision is not None and kept[0] >= revision:
             return
         slim = {**job, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         self._jobs[key] = (revision, uid, json.dumps(slim, separators=(",", ":")))

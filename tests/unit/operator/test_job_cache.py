@@ -18,6 +18,8 @@ def test_an_event_older_than_our_own_write_does_not_replace_it() -> None:
     assert cache.get("ns", "a")["status"]["phase"] == "Running"
     cache.remember(_job("125", "Succeeded"))
     assert cache.get("ns", "a")["status"]["phase"] == "Succeeded"
+    cache.remember(_job("125", "the same version again"))  # its watch event after our write's answer: kept as is
+    assert cache.get("ns", "a")["status"]["phase"] == "Succeeded"
 
 
 def test_a_recreated_job_of_the_same_name_replaces_the_old_one_whatever_its_revision() -> None:
