@@ -1,9 +1,9 @@
 """The floor under the operator's step: the least any operator creating our children could do.
 
-Watches GRPOJobs in one namespace and, for each new one, creates the same six children the
-operator does (rendered by the operator's own code, with the same HTTP client and connection bound)
-in one concurrent wave: no kopf, no dependency reads, no ordering, no status, no Events. What it
-takes on a machine is what the apiserver, etcd and the rest of the control plane allow there;
+Watches GRPOJobs in one namespace and, for each new one, creates the same seven children the
+operator does, its default NetworkPolicy included (rendered by the operator's own code, with the same HTTP
+client and connection bound) in one concurrent wave: no kopf, no dependency reads, no ordering, no status, no
+Events. What it takes on a machine is what the apiserver, etcd and the rest of the control plane allow there;
 `bench.py --floor` runs it in the operator's place, so "ours / floor" is the operator's own cost.
 
   KUBECONFIG=... python bench/operator/floor.py NAMESPACE
@@ -20,7 +20,7 @@ import sys
 import kopf
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import plan
-from grpo_operator.render import render_children
+from grpo_operator.render import NetworkPeers, render_children
 from grpo_operator.runtime import kube
 
 
@@ -28,7 +28,7 @@ def children_of(job: dict) -> list[dict]:
     meta = job["metadata"]
     spec = GRPOJobSpec.model_validate(job["spec"])
     bodies = render_children(spec, plan(spec, name=meta["name"], namespace=meta["namespace"],
-                                        default_image="grpo-trainer:floor"))
+                                        default_image="grpo-trainer:floor"), network_policy=NetworkPeers())
     for body in bodies:
         kopf.adopt(body, owner=job)
     return bodies

@@ -44,10 +44,12 @@ class OperatorProcess:
     """`python -m grpo_operator --standalone` with the cluster's kubeconfig; metrics on loopback."""
 
     def __init__(self, cluster: LocalCluster, log_dir: Path, extra_env: dict[str, str] | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, args: tuple[str, ...] = ("--standalone",),
+                 log_name: str = "grpo-operator.log") -> None:
         self.cluster = cluster
         self.python = python  # another interpreter runs the operator with that one's packages (bench --as-image)
-        self.log = log_dir / "grpo-operator.log"
+        self.args = args  # how it runs beside others: alone, or electing a leader (--leader-elect LEASE)
+        self.log = log_dir / log_name
         self.metrics_port = processes.free_ports(1)[0]
         self.liveness_port = processes.free_ports(1)[0]
         self.extra_env = extra_env or {}
@@ -57,18 +59,26 @@ class OperatorProcess:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
-    def start(self) -> OperatorProcess:
+    @property
+    def health_url(self) -> str:
+        """Its /healthz and /readyz (grpo_operator/health.py) are under this."""
+        return f"http://127.0.0.1:{self.liveness_port}"
+
+    def start(self, until: str = "/readyz") -> OperatorProcess:
+        """Start it and wait for `until` to answer 200: /readyz (it reconciles, or follows ready to take over) or
+        /healthz (it runs, fit or not)."""
         env = {**os.environ, **self.cluster.env(), "GRPO_OPERATOR_METRICS_HOST": "127.0.0.1",
                "GRPO_OPERATOR_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1", **self.extra_env}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [self.python, "-m", "grpo_operator", "--standalone",
-                 f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz"],
+                [self.python, "-m", "grpo_operator", *self.args,
+                 f"--liveness=http://127.0.0.1:{self.liveness_port}"],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         started = processes.Started("grpo-operator", self.proc.pid, self.log)
+        # Ready: kopf runs (its watchers started) and the start-up checks passed (grpo_operator/health.py).
         processes.wait_until("grpo-operator", lambda: processes.http_ok(
-            f"http://127.0.0.1:{self.liveness_port}/healthz"), started, 60)
+            f"http://127.0.0.1:{self.liveness_port}{until}"), started, 60)
         return self
 
     def kill(self) -> None:

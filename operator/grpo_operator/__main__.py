@@ -1,8 +1,10 @@
 """grpo-operator: run the kopf operator.
 
-  grpo-operator [--namespace NS ...] [--standalone | --peering NAME] [--liveness URL]
+  grpo-operator [--namespace NS ...] [--standalone | --peering NAME] [--leader-elect LEASE] [--liveness URL]
 
 Settings come from GRPO_OPERATOR_* environment variables (see settings.py); the Helm chart sets them.
+With --leader-elect the replicas race for the Lease LEASE in $POD_NAMESPACE and only its holder runs kopf
+(leader.py). --liveness names where /healthz and /readyz are served (health.py), on every replica.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import sys
 
 import kopf
 
+from grpo_operator import leader, runner
 from grpo_operator.settings import OperatorSettings
 
 
@@ -36,7 +41,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar="NAME",
         help="kopf peering object shared with other replicas (the Helm chart creates it); must exist",
     )
-    parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8081/healthz")
+    parser.add_argument(
+        "--leader-elect",
+        default=None,
+        metavar="LEASE",
+        help="run kopf only while holding this coordination.k8s.io Lease in $POD_NAMESPACE (several replicas)",
+    )
+    parser.add_argument("--liveness", default=None, help="serve /healthz and /readyz here, e.g. http://0.0.0.0:8081")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -55,16 +66,29 @@ def main(argv: list[str] | None = None) -> None:
     # Named namespaces need no cluster-wide view: without scanning, kopf serves exactly those and the
     # CRDs present at start-up (no namespace/CRD watch), so single-namespace RBAC needs no ClusterRole.
     kopf_settings.scanning.disabled = bool(namespaces)
-    asyncio.run(
-        kopf.operator(
+
+    async def run_kopf(stop_flag: asyncio.Event, ready_flag: asyncio.Event) -> None:
+        await kopf.operator(
             settings=kopf_settings,
-            standalone=args.standalone,
+            # One leader at a time already: kopf's own peering would only add its writes.
+            standalone=args.standalone or args.leader_elect is not None,
             peering_name=args.peering,
             clusterwide=not namespaces,
             namespaces=namespaces,
-            liveness_endpoint=args.liveness,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
         )
+
+    plan = runner.RunPlan(
+        identity=runner.identity(os.environ),
+        lease=args.leader_elect,
+        lease_namespace=os.environ.get("POD_NAMESPACE", ""),
+        health_url=args.liveness,
+        timing=leader.Timing(settings.lease_duration_seconds, settings.renew_deadline_seconds,
+                             settings.retry_period_seconds),
+        reads_crds=not namespaces,
     )
+    sys.exit(asyncio.run(runner.run(plan, run_kopf, kopf_settings, settings)))
 
 
 if __name__ == "__main__":

@@ -753,6 +753,19 @@ class PreflightSpec(ApiModel):
     )
 
 
+class SecuritySpec(ApiModel):
+    """Who may run code in the job's Ray cluster (docs/security.md)."""
+
+    ray_auth: Literal["token", "disabled"] = Field(
+        default="token",
+        description="Ray token authentication (Ray >= 2.52). token: KubeRay (v1.5.1 or later) makes a random "
+        "token in a Secret owned by the job's RayCluster and gives it to every Ray container and the submitter; "
+        "the dashboard's job API and the GCS refuse any caller without it. disabled: anything that reaches "
+        "the Ray pods' network can submit code that runs with the job's service account, model, data and "
+        "checkpoints; only for a KubeRay older than v1.5.1 or a client outside the job that cannot send the token.",
+    )
+
+
 class LocalObjectReference(ApiModel):
     """A reference to an object in the job's namespace by name."""
 
@@ -952,6 +965,7 @@ FROZEN_ONCE_TRAINING = (
     "placement",
     "export",
     "rehearsal",
+    "security",
 )
 FROZEN_OPTIONALS_ONCE_TRAINING = (
     *_SPEC_TOP_LEVEL_OPTIONALS,
@@ -1117,6 +1131,10 @@ class GRPOJobSpec(ApiModel):
         "reward function read from the real volumes, the checkpoint volume shared by the driver and the actors), "
         "then exits with a verdict (status.rehearsal, the Rehearsal condition). Nothing is trained or exported, "
         "and a failed rehearsal is not retried.",
+    )
+    security: SecuritySpec = Field(
+        default_factory=SecuritySpec,
+        description="Access to the job's Ray cluster.",
     )
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Thresholds of the training-health alerts (editable)."

@@ -7,6 +7,9 @@ and nothing else, so the models stay the single source of truth.
 
 ``python -m grpo_operator.crd > crds/grpojob.yaml`` writes the committed file; a unit test fails
 when that file drifts from ``build_crd()``.
+
+The CRD carries the operator's version (``VERSION_LABEL``): Helm installs a chart's CRDs but never upgrades
+them, so an upgraded operator can meet an older schema, and crd_check.py names the two versions.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, NoDefault
 from pydantic_core import core_schema
 
-from grpo_operator import GROUP, KIND, PLURAL, VERSION
+from grpo_operator import GROUP, KIND, PLURAL, VERSION, __version__
 from grpo_operator.api import GRPOJob
 
 VALIDATIONS = "x-kubernetes-validations"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+# The operator version whose models the schema was generated from (grpo_operator.__version__, the chart's appVersion).
+VERSION_LABEL = "app.kubernetes.io/version"
 # JSON Schema keywords the apiserver's structural schema has no use for (or refuses).
 _DROPPED = {"title", "$defs", "propertyNames", "discriminator", "examples"}
 
@@ -163,10 +169,11 @@ def build_crd() -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": CRD_NAME,
             "labels": {
                 "app.kubernetes.io/name": "grpo-operator",
                 "app.kubernetes.io/part-of": "grpo-operator",
+                VERSION_LABEL: __version__,
             },
         },
         "spec": {

@@ -54,6 +54,17 @@ REQUIRED_FIELDS: tuple[RequiredField, ...] = (
 )
 
 
+# Needed only by the jobs that use it (spec.security.rayAuth: token): a KubeRay without it still runs the
+# others. An older KubeRay cannot run a token-protected RayJob even with the token set by hand on every
+# container: its dashboard client (v1.5.0 dashboardclient) sends no token when it polls the job's status,
+# Ray answers 401, and the RayJob never learns that its job ended.
+AUTH_OPTIONS = RequiredField(
+    ("spec", "rayClusterSpec", "authOptions"),
+    "1.5.1",
+    "spec.security.rayAuth: token; KubeRay then polls the Ray dashboard with the job's token",
+)
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -85,6 +96,23 @@ def missing_fields(crd: Mapping[str, Any]) -> list[RequiredField]:
     return [f for f in REQUIRED_FIELDS if not _has(schema, f.path)]
 
 
+def serves_auth_options(crd: Mapping[str, Any]) -> bool:
+    """Whether the installed KubeRay can protect a job's Ray cluster with a token (AUTH_OPTIONS)."""
+    schema = schema_of(crd)
+    return schema is not None and _has(schema, AUTH_OPTIONS.path)
+
+
+TOKEN_AUTH_UNSUPPORTED = (
+    f"spec.security.rayAuth is token (the default), which needs KubeRay v{AUTH_OPTIONS.since} or later: the "
+    f"installed KubeRay's RayJob CRD ({RAYJOB_CRD}) lacks {AUTH_OPTIONS.dotted}, and an older KubeRay cannot "
+    "send the token when it polls the Ray dashboard, so the job would never finish. Upgrade KubeRay, CRDs "
+    "included (kubectl apply --server-side -k "
+    f"'github.com/ray-project/kuberay/ray-operator/config/crd?ref=v{AUTH_OPTIONS.since}'), or set "
+    "spec.security.rayAuth: disabled (any pod that reaches the Ray pods can then run code in the job; "
+    "docs/security.md)"
+)
+
+
 def unsupported(missing: Iterable[RequiredField]) -> str:
     """What the user reads: the fields missing, what each is for, and the release to install."""
     fields = sorted(missing, key=lambda f: _version_key(f.since), reverse=True)
@@ -114,6 +142,8 @@ def refusal_of(message: str) -> str | None:
     fields = unknown_fields(message)
     if not fields:
         return None
+    if fields == [AUTH_OPTIONS.dotted]:
+        return TOKEN_AUTH_UNSUPPORTED
     known = {f.dotted: f for f in REQUIRED_FIELDS}
     missing = [known[f] for f in fields if f in known]
     if missing:
@@ -130,6 +160,11 @@ class KubeRayUnsupported(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    @property
+    def whole_cluster(self) -> bool:
+        """False when only the jobs that ask for token authentication are refused: the rest still run."""
+        return self.message != TOKEN_AUTH_UNSUPPORTED
 
 
 def chart_file() -> str:

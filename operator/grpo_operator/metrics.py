@@ -66,6 +66,9 @@ API_REQUESTS = Counter(
     "verb, resource and call site (the handler or timer that made them).",
     ["verb", "resource", "call_site"],
 )
+LEADING = Gauge(
+    "grpo_operator_leading", "1 on the replica that holds the leader lease and reconciles; 0 on followers."
+)
 BUILD_INFO = Info("grpo_operator_build", "Version of the running operator.")
 BUILD_INFO.info({"version": __version__})
 

@@ -131,6 +131,10 @@ class Names:
     def trainer_role(self) -> str:
         return f"{self.job}-trainer"
 
+    @property
+    def network_policy(self) -> str:
+        return self.job
+
 
 @dataclass(frozen=True)
 class PodShape:

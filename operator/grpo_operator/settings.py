@@ -2,9 +2,68 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_operator.render.network_policy import NetworkPeers, OperatorIdentity
+
+NETWORK_POLICY_PREFIX = "GRPO_OPERATOR_NETWORK_POLICY"
+
+
+def _flag(text: str, variable: str) -> bool:
+    if text.strip().lower() not in ("true", "false"):
+        raise ValueError(f"{variable}={text!r}: expected true or false")
+    return text.strip().lower() == "true"
+
+
+def _json_object(text: str, variable: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{variable}: not JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{variable}: expected a JSON object, got {text!r}")
+    return value
+
+
+def _label_selector(text: str, variable: str) -> dict[str, Any]:
+    """A Kubernetes LabelSelector in JSON; refused here, at start-up, rather than by every policy's creation."""
+    selector = _json_object(text, variable)
+    unknown = set(selector) - {"matchLabels", "matchExpressions"}
+    if unknown:
+        raise ValueError(f"{variable}: a label selector has matchLabels and matchExpressions, not {sorted(unknown)}")
+    return selector
+
+
+def _network_peers(env: Mapping[str, str]) -> NetworkPeers | None:
+    """The NetworkPolicy each job gets (render/network_policy.py), or None when it is turned off."""
+    p = NETWORK_POLICY_PREFIX
+    if not _flag(env.get(p, "true"), p):
+        return None
+    defaults = NetworkPeers()
+    # The operator's own pods (the release's namespace and selector labels): the chart sets both; an operator run
+    # outside a pod sets neither and admits no pod.
+    namespace, labels = env.get(p + "_OPERATOR_NAMESPACE", ""), env.get(p + "_OPERATOR_LABELS", "")
+    operator = None
+    if namespace and labels:
+        pod_labels = _json_object(labels, p + "_OPERATOR_LABELS")
+        operator = OperatorIdentity(namespace, {str(k): str(v) for k, v in pod_labels.items()})
+
+    def selector(suffix: str) -> dict[str, Any] | None:
+        text = env.get(p + suffix, "")
+        return _label_selector(text, p + suffix) if text else None
+
+    kuberay_namespaces, kuberay_pods = selector("_KUBERAY_NAMESPACES"), selector("_KUBERAY_PODS")
+    return NetworkPeers(
+        kuberay_namespaces=defaults.kuberay_namespaces if kuberay_namespaces is None else kuberay_namespaces,
+        kuberay_pods=defaults.kuberay_pods if kuberay_pods is None else kuberay_pods,
+        operator=operator,
+        # Unset or empty: scrapers from anywhere.
+        metrics_namespaces=selector("_METRICS_NAMESPACES"),
+    )
 
 
 @dataclass(frozen=True)
@@ -31,6 +90,12 @@ class OperatorSettings:
     worker_idle_seconds: float = 1.0
     # How often freed heap memory is handed back to the OS (memory.py); 0 turns it off.
     heap_trim_seconds: float = 10.0
+    # Leader election (leader.py, client-go's defaults): a lease not renewed for its duration is taken over.
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+    # Whom each job's NetworkPolicy admits; None: no policy (the chart's networkPolicy.enabled=false).
+    network_policy: NetworkPeers | None = field(default_factory=NetworkPeers)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> OperatorSettings:
@@ -54,6 +119,10 @@ class OperatorSettings:
                 max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
                 heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),
+                lease_duration_seconds=float(env.get(prefix + "LEASE_DURATION_SECONDS", cls.lease_duration_seconds)),
+                renew_deadline_seconds=float(env.get(prefix + "RENEW_DEADLINE_SECONDS", cls.renew_deadline_seconds)),
+                retry_period_seconds=float(env.get(prefix + "RETRY_PERIOD_SECONDS", cls.retry_period_seconds)),
+                network_policy=_network_peers(env),
             )
         except ValueError as exc:
             raise SystemExit(f"grpo-operator: bad setting in {prefix}* environment: {exc}") from exc

@@ -88,11 +88,19 @@ def deployment_container(cluster: LocalCluster, release: Release) -> dict:
     return deployment["spec"]["template"]["spec"]["containers"][0]
 
 
-def loopback_command(container: dict, liveness_port: int, metrics_port: int) -> tuple[list[str], dict[str, str]]:
+# What the downward API gives the chart's pod (its name and namespace), for the same process outside a pod.
+def _downward(field_path: str, namespace: str) -> str:
+    return {"metadata.name": "grpo-operator-out-of-cluster", "metadata.namespace": namespace}[field_path]
+
+
+def loopback_command(container: dict, liveness_port: int, metrics_port: int, namespace: str
+                     ) -> tuple[list[str], dict[str, str]]:
     """The chart's container args and env, with its listeners moved from 0.0.0.0 to free loopback ports."""
-    args = [f"--liveness=http://127.0.0.1:{liveness_port}/healthz" if a.startswith("--liveness=") else a
+    args = [f"--liveness=http://127.0.0.1:{liveness_port}" if a.startswith("--liveness=") else a
             for a in container.get("args") or []]
-    env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
+    # An empty value comes back from the apiserver without its `value` key.
+    env = {e["name"]: _downward(e["valueFrom"]["fieldRef"]["fieldPath"], namespace) if "valueFrom" in e
+           else e.get("value", "") for e in container.get("env") or []}
     env |= {"GRPO_OPERATOR_METRICS_HOST": "127.0.0.1", "GRPO_OPERATOR_METRICS_PORT": str(metrics_port)}
     return args, env
 
@@ -102,13 +110,15 @@ def operator_as(cluster: LocalCluster, release: Release, workdir: Path) -> Itera
     """The real operator, out-of-cluster, as the chart's Deployment would run it, with the chart SA's token."""
     kubeconfig = token_kubeconfig(cluster, release, workdir / "kubeconfig")
     liveness_port, metrics_port = processes.free_ports(2)
-    args, env = loopback_command(deployment_container(cluster, release), liveness_port, metrics_port)
-    assert any(a.startswith("--peering=") for a in args), args  # the chart runs with peering, not standalone
+    args, env = loopback_command(deployment_container(cluster, release), liveness_port, metrics_port,
+                                 release.namespace)
+    # The chart elects a leader: this process takes the release's Lease with the chart's rights, then reconciles.
+    assert any(a.startswith("--leader-elect=") for a in args), args
     started = processes.start("grpo-operator", [sys.executable, "-m", "grpo_operator", *args], workdir,
                               env={**env, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"})
     try:
         processes.wait_until("grpo-operator", lambda: processes.http_ok(
-            f"http://127.0.0.1:{liveness_port}/healthz"), started, 60)
+            f"http://127.0.0.1:{liveness_port}/readyz"), started, 60)
         yield RunningOperator(started.log, metrics_port)
     finally:
         processes.stop_group(started.pid)
@@ -129,18 +139,19 @@ def can_i(cluster: LocalCluster, release: Release, *request: str) -> bool:
 def test_helm_install_runs_the_operator_pod_under_restricted_pod_security(
         chart_cluster: LocalCluster, release: Release) -> None:
     pods = items(chart_cluster, "pods", "-n", release.namespace, "-l", f"app.kubernetes.io/instance={release.name}")
-    assert [p["status"]["phase"] for p in pods] == ["Running"]
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]  # a leader and a follower
     # The namespace's label is enforced: a pod without the chart's security settings is refused there.
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": release.namespace},
              "spec": {"containers": [{"name": "c", "image": pods[0]["spec"]["containers"][0]["image"]}]}}
     refused = chart_cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(plain), check=False)
     assert refused.returncode != 0 and "restricted" in refused.stderr
     deployment = get(chart_cluster, "deployment", release.fullname, "-n", release.namespace)
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert deployment["spec"]["replicas"] == 2
+    budget = get(chart_cluster, "poddisruptionbudget", release.fullname, "-n", release.namespace)
+    assert budget["spec"]["maxUnavailable"] == 1
     crds = {c["metadata"]["name"] for c in get(chart_cluster, "crd")["items"]}
-    assert {"grpojobs.grpo.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} <= crds
-    get(chart_cluster, "clusterkopfpeering", release.fullname)  # raises if the peering object is missing
+    assert "grpojobs.grpo.dev" in crds
 
 
 def test_install_notes_tell_how_to_apply_the_example_and_where_to_look(release: Release) -> None:
@@ -176,9 +187,15 @@ def test_operator_with_the_chart_rbac_reconciles_the_examples_to_succeeded(
         assert get(chart_cluster, "job", "qwen2-7b-reference-export", "-n", namespace)["status"].get("succeeded") == 1
         # The trainer's Role was created by the operator: RBAC let it grant what it holds.
         assert get(chart_cluster, "role", "-n", namespace, "-l", f"grpo.dev/job={EXAMPLE_JOB}")["items"]
+        # So was the job's NetworkPolicy, admitting the release's operator pods (the chart's env names them).
+        ingress = get(chart_cluster, "networkpolicy", EXAMPLE_JOB, "-n", namespace)["spec"]["ingress"]
+        selector = get(chart_cluster, "deployment", release.fullname, "-n", release.namespace)["spec"]["selector"]
+        assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": release.namespace}},
+                "podSelector": selector} in [peer for rule in ingress for peer in rule.get("from", [])]
         wait_event(chart_cluster, namespace, EXAMPLE_JOB, "Created", kind=None)
-        # Peering works under the chart's RBAC: the operator announced itself in its peering object.
-        assert get(chart_cluster, "clusterkopfpeering", release.fullname).get("status")
+        # Leader election works under the chart's RBAC: the operator holds the release's Lease.
+        lease = get(chart_cluster, "lease", release.fullname, "-n", release.namespace)
+        assert lease["spec"]["holderIdentity"] == "grpo-operator-out-of-cluster"
     assert forbidden_lines(operator.log) == []
 
 
@@ -196,10 +213,19 @@ def test_operator_with_the_chart_rbac_reconciles_the_examples_to_succeeded(
     (("get", "nodes"), False),
     (("list", "nodes"), True),
     (("create", "pods", "-n", "team-chart"), False),
-    (("patch", "clusterkopfpeerings.kopf.dev/someone-else"), False),
     (("watch", "grpojobs.grpo.dev", "--all-namespaces"), True),
     (("create", "rayjobs.ray.io", "-n", "team-chart"), True),
-    (("patch", f"clusterkopfpeerings.kopf.dev/{RELEASE}-grpo-operator"), True),
+    (("create", "networkpolicies.networking.k8s.io", "-n", "team-chart"), True),  # one per job
+    (("delete", "networkpolicies.networking.k8s.io", "-n", "team-chart"), False),  # goes with its GRPOJob
+    # The GRPOJob CRD's version label (grpo_operator/crd_check.py), and no other CRD by name.
+    (("get", "customresourcedefinitions.apiextensions.k8s.io/grpojobs.grpo.dev"), True),
+    (("get", "customresourcedefinitions.apiextensions.k8s.io/rayclusters.ray.io"), False),
+    # The leader Lease: this one, in the release's namespace, and no other.
+    (("update", f"leases.coordination.k8s.io/{RELEASE}-grpo-operator", "-n", RELEASE_NAMESPACE), True),
+    (("update", "leases.coordination.k8s.io/kube-scheduler", "-n", "kube-system"), False),
+    (("update", "leases.coordination.k8s.io/someone-else", "-n", RELEASE_NAMESPACE), False),
+    (("delete", f"leases.coordination.k8s.io/{RELEASE}-grpo-operator", "-n", RELEASE_NAMESPACE), False),
+    (("patch", f"clusterkopfpeerings.kopf.dev/{RELEASE}-grpo-operator"), False),  # no peering with a Lease
 ])
 def test_chart_rbac_allows_only_what_the_operator_does(
         chart_cluster: LocalCluster, release: Release, request_: tuple[str, ...], allowed: bool) -> None:
@@ -218,12 +244,97 @@ def test_chart_service_account_token_is_refused_secrets(
     assert allowed.returncode == 0, allowed.stderr  # the same token works where the chart grants access
 
 
+# --------------------------------------------------------------------------- users' RBAC
+
+
+def as_user(cluster: LocalCluster, user: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    """kubectl as `user`, impersonated by the cluster's admin: what that person's own credentials would get."""
+    return cluster.kubectl(*args, f"--as={user}", input=input, check=False)
+
+
+def can_user(cluster: LocalCluster, user: str, *request: str) -> str:
+    """`kubectl auth can-i`'s answer, "yes" or "no" (anything else is a failure to ask)."""
+    return as_user(cluster, user, "auth", "can-i", *request).stdout.strip()
+
+
+def refused(result: subprocess.CompletedProcess, user: str, verb: str, resource: str) -> bool:
+    """Refused by RBAC, for that user, verb and resource, not for any other reason (a bad body, a typo)."""
+    return result.returncode != 0 and f'User "{user}" cannot {verb} resource "{resource}"' in result.stderr
+
+
+def set_user_roles(cluster: LocalCluster, release: Release, enabled: bool) -> None:
+    helm(cluster, "upgrade", release.name, str(CHART), "-n", release.namespace, "--reuse-values", "--wait",
+         "--set", f"rbac.aggregateToDefaultRoles={str(enabled).lower()}")
+
+
+def test_edit_and_view_get_grpojob_rights_from_the_chart_and_no_secrets(
+        chart_cluster: LocalCluster, release: Release) -> None:
+    cluster = chart_cluster
+    namespace = create_namespace(cluster, "team-users")
+    job = example(EXAMPLE)
+    name, other = job["metadata"]["name"], {**job, "metadata": {"name": "bobs-job"}}
+
+    def alice_may_create() -> str:
+        return can_user(cluster, "alice", "create", "grpojobs.grpo.dev", "-n", namespace)
+
+    switched_off = False
+    try:
+        cluster.kubectl("create", "rolebinding", "alice-edit", "--clusterrole=edit", "--user=alice", "-n", namespace)
+        cluster.kubectl("create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob", "-n", namespace)
+        # Where KubeRay would keep a job's Ray token.
+        cluster.kubectl("create", "secret", "generic", "ray-token", "--from-literal=token=t", "-n", namespace)
+
+        # Without the chart's aggregated roles the same bindings give no GRPOJob rights: they come from the chart.
+        set_user_roles(cluster, release, enabled=False)
+        switched_off = True
+        wait_for("edit without the chart's roles to refuse GRPOJobs", lambda: alice_may_create() == "no")
+        assert refused(as_user(cluster, "alice", "create", "-n", namespace, "-f", "-", input=json.dumps(job)),
+                       "alice", "create", "grpojobs")
+        # ...while edit reads Secrets all the same: Kubernetes' own rule, which the chart adds nothing to.
+        edit_rules = get(cluster, "clusterrole", "edit")["rules"]
+        assert any("" in r["apiGroups"] and "secrets" in r["resources"] and "get" in r["verbs"] for r in edit_rules)
+        assert as_user(cluster, "alice", "get", "secret", "ray-token", "-n", namespace).returncode == 0
+
+        set_user_roles(cluster, release, enabled=True)
+        switched_off = False
+        wait_for("edit to create GRPOJobs through the chart's roles", lambda: alice_may_create() == "yes")
+        created = as_user(cluster, "alice", "create", "-n", namespace, "-f", "-", input=json.dumps(job))
+        assert created.returncode == 0, created.stderr
+        patch = ("patch", "grpojob", name, "-n", namespace, "--type=merge", "-p")
+        patched = as_user(cluster, "alice", *patch, '{"metadata":{"labels":{"owner":"alice"}}}')
+        assert patched.returncode == 0, patched.stderr
+
+        # view reads GRPOJobs and their status, and changes nothing.
+        assert as_user(cluster, "bob", "get", "grpojob", name, "-n", namespace).returncode == 0
+        listed = as_user(cluster, "bob", "get", "grpojobs", "-n", namespace, "-o", "name")
+        assert listed.stdout.split() == [f"grpojob.grpo.dev/{name}"], listed.stderr
+        status = as_user(cluster, "bob", "get", "grpojob", name, "-n", namespace, "--subresource=status")
+        assert status.returncode == 0, status.stderr
+        assert refused(as_user(cluster, "bob", "create", "-n", namespace, "-f", "-", input=json.dumps(other)),
+                       "bob", "create", "grpojobs")
+        assert refused(as_user(cluster, "bob", *patch, '{"metadata":{"labels":{"owner":"bob"}}}'),
+                       "bob", "patch", "grpojobs")
+        assert refused(as_user(cluster, "bob", "delete", "grpojob", name, "-n", namespace, "--wait=false"),
+                       "bob", "delete", "grpojobs")
+        assert refused(as_user(cluster, "bob", "get", "secret", "ray-token", "-n", namespace),
+                       "bob", "get", "secrets")
+
+        deleted = as_user(cluster, "alice", "delete", "grpojob", name, "-n", namespace, "--wait=false")
+        assert deleted.returncode == 0, deleted.stderr
+    finally:
+        if switched_off:  # the module's release as it was installed, for the tests after this one
+            set_user_roles(cluster, release, enabled=True)
+        delete_namespace(cluster, namespace, wait_for_jobs=True)
+
+
 def test_single_namespace_mode_reconciles_there_and_is_refused_elsewhere(
         chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
     namespace = team_namespace(chart_cluster, "team-scoped")
     scoped = install(chart_cluster, "scoped", "grpo-scoped", "watchNamespaces={team-scoped}")
     # Cluster-wide it may only list nodes (the capacity condition, the GPUs' memory for the preflight).
-    cluster_roles = get(chart_cluster, "clusterrole", "-l", "app.kubernetes.io/instance=scoped")["items"]
+    # (The users' aggregated ClusterRoles are no rights of the operator's: left out.)
+    cluster_roles = get(chart_cluster, "clusterrole", "-l",
+                        "app.kubernetes.io/instance=scoped,app.kubernetes.io/component!=user-rbac")["items"]
     assert [r["rules"] for r in cluster_roles] == [[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]]
     assert can_i(chart_cluster, scoped, "list", "nodes")
     assert not can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", "team-chart")

@@ -22,7 +22,7 @@ from .kube import create_namespace, get, items, wait_event, wait_for
 
 pytestmark = pytest.mark.e2e
 
-CHILD_KINDS = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "pvc")
+CHILD_KINDS = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "pvc", "networkpolicies")
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +76,7 @@ def assert_one_of_each_child(cluster: LocalCluster, ns: str, jobs: list[str]) ->
         assert found["roles"].get(job) == [f"{job}-trainer"]
         assert found["rolebindings"].get(job) == [f"{job}-trainer"]
         assert found["pvc"].get(job) == [f"{job}-checkpoints"]
+        assert found["networkpolicies"].get(job) == [job]
     assert set(found["rayjobs"]) == set(jobs), "a RayJob without its GRPOJob"
 
 

@@ -8,11 +8,13 @@ on a working install is test_chart.py's.)
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.operator_runner import TEST_TIMERS, OperatorProcess, prepare_job_namespace
+from grpo_devcluster.operator_runner import TEST_TIMERS, OperatorProcess, install_crd, prepare_job_namespace
 
 from .grpojobs import apply_job, condition, example, wait_phase
 from .helm import CHART, helm, selftest
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 JOB = "qwen2-7b-length"
 WORKER_RESOURCES = "spec.rayClusterSpec.workerGroupSpecs[].resources"
-NAMESPACES = ("grpo-dry", "team-old-at-start", "team-old-later")
+NAMESPACES = ("grpo-dry", "team-old-at-start", "team-old-later", "team-kuberay-150")
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +34,25 @@ def floor_cluster(cluster: LocalCluster, operator_paused: None) -> Iterator[Loca
         delete_namespace(cluster, namespace, wait_for_jobs=True)
 
 
-def strip_worker_group_resources(cluster: LocalCluster) -> None:
-    """The RayJob CRD as KubeRay v1.4 ships it: no workerGroupSpecs[].resources."""
+def strip_rayjob_schema(cluster: LocalCluster, under_cluster_spec: str) -> None:
+    """Remove `under_cluster_spec` (a JSON-pointer tail below spec.rayClusterSpec) from the RayJob CRD's v1 schema:
+    the CRD of a KubeRay release that had not added it yet."""
     crd = get(cluster, "crd", "rayjobs.ray.io")
     index = [v["name"] for v in crd["spec"]["versions"]].index("v1")
     path = (f"/spec/versions/{index}/schema/openAPIV3Schema/properties/spec/properties/rayClusterSpec/properties/"
-            "workerGroupSpecs/items/properties/resources")
+            + under_cluster_spec)
     cluster.kubectl("patch", "crd", "rayjobs.ray.io", "--type=json",
                     "-p", json.dumps([{"op": "remove", "path": path}]))
+
+
+def strip_worker_group_resources(cluster: LocalCluster) -> None:
+    """The RayJob CRD as KubeRay v1.4 ships it: no workerGroupSpecs[].resources."""
+    strip_rayjob_schema(cluster, "workerGroupSpecs/items/properties/resources")
+
+
+def strip_auth_options(cluster: LocalCluster) -> None:
+    """The RayJob CRD as KubeRay v1.5.0 ships it: no rayClusterSpec.authOptions (Ray token authentication)."""
+    strip_rayjob_schema(cluster, "authOptions")
 
 
 def restore_kuberay_crds(cluster: LocalCluster) -> None:
@@ -123,3 +136,48 @@ def test_a_kuberay_downgraded_after_start_is_caught_by_strict_creation(
     finally:
         restore_kuberay_crds(floor_cluster)
     wait_phase(floor_cluster, ns, JOB, "Running", timeout=120)
+
+
+def test_kuberay_1_5_0_runs_jobs_without_ray_auth_and_refuses_token_jobs_naming_the_field(
+        floor_cluster: LocalCluster, operator: OperatorProcess) -> None:
+    strip_auth_options(floor_cluster)
+    try:
+        operator.start()  # the CRD has every field every job needs: KubeRay is usable
+        assert "has every field the operator renders" in operator.log.read_text()
+        ns = namespace(floor_cluster, "team-kuberay-150")
+        token = example("colocated-length")
+        disabled = example("colocated-length", security={"rayAuth": "disabled"})
+        disabled["metadata"]["name"] = "open-ray"
+        apply_job(floor_cluster, ns, token)
+        apply_job(floor_cluster, ns, disabled)
+        wait_phase(floor_cluster, ns, "open-ray", "Running", timeout=120)
+        wait_phase(floor_cluster, ns, JOB, "Invalid", timeout=60)
+        valid = condition(get(floor_cluster, "grpojob", JOB, "-n", ns), "Valid")
+        assert (valid["status"], valid["reason"]) == ("False", "UnsupportedKubeRay")
+        assert "spec.security.rayAuth is token" in valid["message"]
+        assert "KubeRay v1.5.1 or later" in valid["message"]
+        assert "spec.security.rayAuth: disabled" in valid["message"]
+        assert [r["metadata"]["name"] for r in items(floor_cluster, "rayjobs", "-n", ns)] == ["open-ray"]
+    finally:
+        restore_kuberay_crds(floor_cluster)
+    wait_phase(floor_cluster, ns, JOB, "Running", timeout=120)  # upgraded: the token job starts by itself
+
+
+def test_a_stale_grpojob_crd_is_one_log_line_and_a_failing_readiness(
+        floor_cluster: LocalCluster, operator: OperatorProcess) -> None:
+    """After `helm upgrade` (which never upgrades CRDs) the old schema would prune the new fields silently."""
+    label = "app.kubernetes.io/version"
+    floor_cluster.kubectl("label", "crd", "grpojobs.grpo.dev", f"{label}=0.0.9", "--overwrite")
+    try:
+        operator.start(until="/healthz")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            opener.open(f"{operator.health_url}/readyz", timeout=5)
+        assert refused.value.code == 503
+        (problem,) = json.loads(refused.value.read())["problems"]
+        assert "is version 0.0.9 but this operator is 0.1.0" in problem
+        assert "kubectl apply --server-side -f charts/grpo-operator/crds/" in problem
+        assert [line for line in operator.log.read_text().splitlines() if "0.0.9" in line and "ERROR" in line]
+    finally:
+        operator.stop()
+        install_crd(floor_cluster)  # the generated CRD, its label back

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 def _children(cluster: LocalCluster, ns: str, job: str) -> dict[str, list[str]]:
     selector = f"grpo.dev/job={job}"
-    kinds = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "jobs", "pvc")
+    kinds = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "jobs", "pvc", "networkpolicies")
     return {k: [o["metadata"]["name"] for o in items(cluster, k, "-n", ns, "-l", selector)] for k in kinds}
 
 
@@ -59,6 +59,27 @@ def test_colocated_example_succeeds_without_a_converter(cluster: LocalCluster, e
     assert _children(cluster, ns, COLOCATED)["jobs"] == [f"{COLOCATED}-preflight"]
     groups = get(cluster, "rayjob", COLOCATED, "-n", ns)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert [(g["groupName"], g["resources"]) for g in groups] == [("actor", {"grpo.dev/actor": "8"})]
+
+
+def test_each_example_gets_an_owned_network_policy_selecting_only_its_pods(
+        cluster: LocalCluster, example_runs: ExampleRuns) -> None:
+    """What the apiserver holds, not enforcement: the session's CNI enforces no NetworkPolicy
+    (docs/security.md#network-policy)."""
+    ns = example_runs.namespace
+    for name in (COLOCATED, REFERENCE):
+        assert _children(cluster, ns, name)["networkpolicies"] == [name]
+        policy, job = get(cluster, "networkpolicy", name, "-n", ns), get(cluster, "grpojob", name, "-n", ns)
+        (owner,) = policy["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner.get("controller")) == (
+            "GRPOJob", name, job["metadata"]["uid"], True)
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+    selector = get(cluster, "networkpolicy", REFERENCE, "-n", ns)["spec"]["podSelector"]["matchLabels"]
+    # The reference job's Ray pods as they ran (recorded while all three roles were up) ...
+    for role, pod in example_runs.role_pods.items():
+        assert selector.items() <= pod["metadata"]["labels"].items(), role
+    # ... and not the other job's pods (its preflight pod stays for its log).
+    others = items(cluster, "pods", "-n", ns, "-l", f"grpo.dev/job={COLOCATED}")
+    assert others and not any(selector.items() <= p["metadata"]["labels"].items() for p in others)
 
 
 def test_failed_rayjob_fails_the_grpojob_with_its_reason(cluster: LocalCluster, team_ns: str) -> None:
@@ -185,7 +206,7 @@ def test_deleting_a_grpojob_removes_children_but_keeps_checkpoints(cluster: Loca
     cluster.kubectl("delete", "grpojob", COLOCATED, "-n", team_ns)
     wait_for("children garbage-collected", lambda: not any(
         items(cluster, kind, "-n", team_ns, "-l", f"grpo.dev/job={COLOCATED}")
-        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "jobs", "pods")))
+        for kind in ("rayjobs", "rayclusters", "configmaps", "serviceaccounts", "jobs", "pods", "networkpolicies")))
     pvc = get(cluster, "pvc", f"{COLOCATED}-checkpoints", "-n", team_ns)
     assert not pvc["metadata"].get("ownerReferences")
 

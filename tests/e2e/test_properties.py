@@ -42,7 +42,7 @@ pytestmark = pytest.mark.e2e
 
 BASES = ("colocated-length", "reference-disaggregated")
 SCHEMA = GRPOJobSpec.model_json_schema(by_alias=True)
-CHILD_KINDS = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "jobs", "pvc")
+CHILD_KINDS = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebindings", "jobs", "pvc", "networkpolicies")
 # Leaves whose refusal the apiserver cannot judge from the spec alone are still generated; the
 # few kinds of value that only make sense as objects (env, tolerations, selectors) are not leaves.
 SCALAR_TYPES = {"integer", "number", "string", "boolean"}

@@ -41,6 +41,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "grpo-operator.fullname" .) .Values.operator.peering.name }}
 {{- end }}
 
+{{/* kopf peering, only where no leader election decides who reconciles. */}}
+{{- define "grpo-operator.peering" -}}
+{{- if and .Values.operator.peering.enabled (not .Values.operator.leaderElection.enabled) }}true{{- end }}
+{{- end }}
+
+{{- define "grpo-operator.leaseName" -}}
+{{- default (include "grpo-operator.fullname" .) .Values.operator.leaderElection.leaseName }}
+{{- end }}
+
 {{- define "grpo-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -48,6 +57,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Fail early, with the reason, where the operator could not work. Only against a live cluster:
 `lookup` returns nothing offline (helm template, helm lint), where the APIs a cluster serves are unknown. */}}
 {{- define "grpo-operator.checks" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.operator.leaderElection.enabled) }}
+{{- fail "replicaCount: more than one replica needs operator.leaderElection.enabled=true (two operators without a leader would both reconcile every GRPOJob); with leader election off set replicaCount=1" }}
+{{- end }}
 {{- $live := lookup "v1" "Namespace" "" "kube-system" }}
 {{- if and $live .Values.kuberay.requireCRD (not (.Capabilities.APIVersions.Has "ray.io/v1/RayJob")) }}
 {{- fail "kuberay.requireCRD: the cluster serves no ray.io/v1 RayJob; install the KubeRay operator first (or set kuberay.requireCRD=false)" }}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render import render_children
+from grpo_operator.render import NetworkPeers, render_children
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,17 @@ class Child:
         return self.body["metadata"]["name"]
 
 
-def training_children(spec: GRPOJobSpec, plan: Plan) -> list[Child]:
-    """Everything training needs, in creation order, each marked owned or not."""
+def training_children(spec: GRPOJobSpec, plan: Plan, network_policy: NetworkPeers | None) -> list[Child]:
+    """Everything training needs, in creation order, each marked owned or not; `network_policy`: the operator's
+    setting (None: off)."""
     keep_pvc = spec.checkpoints.delete_policy != "Delete"
     return [Child(obj, owned=not (obj["kind"] == "PersistentVolumeClaim" and keep_pvc))
-            for obj in render_children(spec, plan)]
+            for obj in render_children(spec, plan, network_policy=network_policy)]
+
+
+# What training needs beyond the preflight's children (gate.preflight_children), created once the preflight
+# passes. The NetworkPolicy comes with the RayJob, not with the preflight: the preflight pod listens on nothing.
+AFTER_PREFLIGHT = ("NetworkPolicy", "RayJob")
 
 
 # Created in the second round trip. The RayJob: its pods would be refused for a missing ServiceAccount (and

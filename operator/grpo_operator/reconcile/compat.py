@@ -40,6 +40,10 @@ class KubeRayCompat:
         self._readable = readable
         self._problem: str | None = None
         self._at = 0.0
+        # Whether the CRD has AUTH_OPTIONS: None until read (or unreadable), then read again at most every
+        # recheck_seconds while it has not, so an upgraded KubeRay is seen without a restart.
+        self._auth_options: bool | None = None
+        self._auth_options_at = 0.0
 
     @property
     def compatible(self) -> bool:
@@ -66,6 +70,7 @@ class KubeRayCompat:
             return None
         missing = kuberay.NOT_INSTALLED if crd is None else (
             kuberay.unsupported(found) if (found := kuberay.missing_fields(crd)) else None)
+        self._learn_auth_options(crd)
         if missing is None:
             self._compatible = True
             self._problem = None
@@ -73,6 +78,34 @@ class KubeRayCompat:
             return None
         self.refused(missing)
         return missing
+
+    def _learn_auth_options(self, crd: dict[str, Any] | None) -> None:
+        self._auth_options = crd is not None and kuberay.serves_auth_options(crd)
+        self._auth_options_at = self._clock()
+
+    async def job_problem(self, ray_auth: str) -> str | None:
+        """None when a job asking for `ray_auth` may be created; else why not (for a token job on a KubeRay
+        older than v1.5.1). Unknown (an unreadable CRD) is None: the strict create is the check then."""
+        if ray_auth != "token" or self._auth_options is not False:
+            return None
+        if self._readable and self._clock() - self._auth_options_at >= self.recheck_seconds:
+            try:
+                self._learn_auth_options(await self._read_crd())
+            except kube.ApiError as exc:
+                log.warning("cannot read the CRD %s again (%s)", kuberay.RAYJOB_CRD, exc.reason or exc.status)
+        return None if self._auth_options is not False else kuberay.TOKEN_AUTH_UNSUPPORTED
+
+    def refused_token_auth(self) -> None:
+        """A strict create said the CRD lacks AUTH_OPTIONS: later token jobs are refused without trying."""
+        self._auth_options = False
+        self._auth_options_at = self._clock()
+
+    def unsupported(self, refusal: kuberay.KubeRayUnsupported) -> None:
+        """Remember what a strict create's refusal says: of the whole KubeRay, or of token jobs only."""
+        if refusal.whole_cluster:
+            self.refused(refusal.message)
+        else:
+            self.refused_token_auth()
 
     def refused(self, problem: str) -> None:
         """Remember a refusal (the CRD's, or the apiserver's at a strict create) for `recheck_seconds`."""

@@ -24,8 +24,8 @@ from grpo_operator import kuberay
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, with_checkpoint_claim
 from grpo_operator.reconcile import preflight
-from grpo_operator.reconcile.children import Child, training_children
-from grpo_operator.reconcile.common import conditions_hold, create_children, parse, refuse, write_status
+from grpo_operator.reconcile.children import AFTER_PREFLIGHT, Child, training_children
+from grpo_operator.reconcile.common import SETTINGS, conditions_hold, create_children, parse, refuse, write_status
 from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
 from grpo_operator.reconcile.lifecycle import spec_digests
 from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
@@ -146,18 +146,19 @@ async def start(job: dict, result: preflight.Outcome) -> None:
 
 async def start_training(job: dict, rayjob_only: bool = False) -> None:
     """The training children and the status fields that name them. `rayjob_only`: the preflight's
-    children (ServiceAccount, ConfigMap, PVC) were created for this very spec already."""
+    children (ServiceAccount, ConfigMap, PVC) were created for this very spec already, so only the RayJob
+    (and the NetworkPolicy that comes with it) is created."""
     meta, status = job["metadata"], job.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     spec, plan = parse(name, namespace, job["spec"])
     plan = await with_existing_checkpoint_claim(namespace, spec, plan)
-    children = training_children(spec, plan)
+    children = training_children(spec, plan, SETTINGS.network_policy)
     if rayjob_only:
-        children = [c for c in children if c.kind == "RayJob"]
+        children = [c for c in children if c.kind in AFTER_PREFLIGHT]
     try:
         created = await create_children(job, children)
     except kuberay.KubeRayUnsupported as exc:
-        COMPAT.refused(exc.message)
+        COMPAT.unsupported(exc)
         await refuse(job, UNSUPPORTED_KUBERAY, exc.message)
         raise
     if created:

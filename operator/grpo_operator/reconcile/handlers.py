@@ -162,7 +162,7 @@ async def create(job: dict) -> None:
         # Ahead of every status write and of later jobs' requests: in a burst the RayJob of each job
         # comes as soon as the apiserver gets to it, not after the status traffic (priority.py).
         with priority.creating(started):
-            unusable = await COMPAT.problem()
+            unusable = await COMPAT.problem() or await COMPAT.job_problem(job_spec.security.ray_auth)
             nodes: list[NodeView] | None = None
             if unusable is not None:
                 problems: list[tuple[str, str, str]] = [("", UNSUPPORTED_KUBERAY, unusable)]
@@ -180,14 +180,14 @@ async def create(job: dict) -> None:
                         gpu_memory = gpu_memory_by_role(job_plan, nodes or [], _gpu_memory_override(job_spec))
                         created = _kinds_and_names(await gate.begin(job, job_spec, job_plan, gpu_memory))
                     else:
-                        created = _kinds_and_names(await create_children(job, training_children(job_spec,
-                                                                                                  job_plan)))
+                        created = _kinds_and_names(await create_children(job, training_children(
+                            job_spec, job_plan, SETTINGS.network_policy)))
                 except PlanError as exc:
                     result = "invalid"
                     await refuse(job, "InvalidSpec", str(exc))
                     return
                 except kuberay.KubeRayUnsupported as exc:
-                    COMPAT.refused(exc.message)
+                    COMPAT.unsupported(exc)
                     problems = [("", UNSUPPORTED_KUBERAY, exc.message)]
         _release_slot()
         if problems:

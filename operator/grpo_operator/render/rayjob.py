@@ -29,6 +29,9 @@ REHEARSAL_FLAG = "--rehearsal"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+# The trainer image's Ray (images/trainer/requirements.in; a unit test keeps them equal). KubeRay reads
+# rayClusterSpec.rayVersion to decide what the cluster can do: token authentication needs 2.52 or later.
+RAY_VERSION = "2.52.1"
 
 
 # The pods that write checkpoints: verl's driver and TaskRunner on the head (the tracker file, the
@@ -166,6 +169,18 @@ def entrypoint(spec: GRPOJobSpec, plan: Plan) -> str:
     return f"{command} {REHEARSAL_FLAG}" if spec.rehearsal else command
 
 
+def ray_auth_options(spec: GRPOJobSpec) -> dict[str, Any]:
+    """``rayClusterSpec.authOptions`` for token authentication, or nothing (a KubeRay older than v1.5.1
+    refuses the field, and a job with ``rayAuth: disabled`` must still run there).
+
+    With ``mode: token`` KubeRay (v1.5.1) makes a Secret named after the RayCluster holding a random token,
+    owned by the RayCluster (so it goes with it and the operator never sees the token), puts
+    ``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN`` on every Ray container and on the submitter's, and sends the token
+    when it polls the dashboard. Ray then refuses the dashboard's API (401/403) and the GCS's RPCs
+    (UNAUTHENTICATED) to anyone without it."""
+    return {"authOptions": {"mode": "token"}} if spec.security.ray_auth == "token" else {}
+
+
 def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     """The RayJob ``<job>``.
 
@@ -191,6 +206,8 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         "submissionMode": SUBMISSION_MODE,
         "submitterPodTemplate": render_submitter_template(spec, plan),
         "rayClusterSpec": {
+            "rayVersion": RAY_VERSION,
+            **ray_auth_options(spec),
             "enableInTreeAutoscaling": False,
             "headGroupSpec": _head_group(spec, plan),
             "workerGroupSpecs": [_worker_group(spec, plan, g) for g in plan.groups],

@@ -114,6 +114,7 @@ RESOURCES: dict[str, Resource] = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Job": Resource("batch", "v1", "jobs"),
+    "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies"),
     "RayJob": Resource(RAY_GROUP, RAY_VERSION, "rayjobs"),
     "GRPOJob": Resource(GROUP, VERSION, PLURAL),
 }

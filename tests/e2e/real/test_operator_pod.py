@@ -7,6 +7,8 @@ identity as uid 65532 with no passwd entry; the chart set no POD_ID).
 
 from __future__ import annotations
 
+import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,17 +22,26 @@ from ..grpojobs import apply_job, example, wait_phase
 from ..helm import Release
 from ..kube import create_namespace, delete_namespace, get, items, wait_for
 from ..prom import prometheus
+from ..takeover import burst_job, lease_holder, phases, wrong_children
 from .conftest import NodeImages
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = "colocated-length"
 EXAMPLE_JOB = "qwen2-7b-length"
+BURST = 12
+LEASE_DURATION_SECONDS = 15  # the chart's default
+
+
+def release_pods(cluster: LocalCluster, release: Release) -> list[dict]:
+    return items(cluster, "pods", "-n", release.namespace, "-l", f"app.kubernetes.io/instance={release.name}")
 
 
 def the_pod(cluster: LocalCluster, release: Release) -> dict:
-    pods = items(cluster, "pods", "-n", release.namespace, "-l", f"app.kubernetes.io/instance={release.name}")
-    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    """The leader's pod: the one the Lease names (the chart runs two replicas)."""
+    holder = lease_holder(cluster, release.namespace, release.fullname)
+    pods = [p for p in release_pods(cluster, release) if p["metadata"]["name"] == holder]
+    assert len(pods) == 1, (holder, [p["metadata"]["name"] for p in release_pods(cluster, release)])
     return pods[0]
 
 
@@ -131,7 +142,8 @@ def test_operator_pod_reconciles_a_grpojob_to_succeeded(real_node: LocalCluster,
     assert phases[-1] == "Succeeded"
     rayjob = get(real_node, "rayjob", EXAMPLE_JOB, "-n", namespace)
     assert rayjob["metadata"]["ownerReferences"][0]["kind"] == "GRPOJob"
-    log = real_node.kubectl("logs", "-n", operator_pod.namespace, f"deploy/{operator_pod.fullname}").stdout
+    log = real_node.kubectl("logs", "-n", operator_pod.namespace, the_pod(real_node, operator_pod)["metadata"]["name"]
+                            ).stdout
     assert "Traceback" not in log, log[max(0, log.find("Traceback") - 500):][:4000]
 
 
@@ -154,3 +166,55 @@ def test_prometheus_scrapes_the_operator_pod(real_node: LocalCluster, operator_p
             f'grpo_operator_job_phase{{namespace="{namespace}",grpojob="{EXAMPLE_JOB}"}} == 1'), timeout=30)
     assert [t["scrapeUrl"] for t in up] == [f"http://{target}/metrics"]
     assert [r["metric"]["phase"] for r in phase] == ["Succeeded"]
+
+
+def _ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def test_both_replicas_run_and_only_the_lease_holder_reconciles(real_node: LocalCluster,
+                                                                 operator_pod: Release) -> None:
+    pods = wait_for("both operator pods Ready", lambda: (lambda found: found if len(found) == 2 and all(
+        _ready(p) for p in found) else None)(release_pods(real_node, operator_pod)), timeout=120)
+    leader = the_pod(real_node, operator_pod)
+    for pod in pods:
+        code, body = http_get(f"http://{pod['status']['podIP']}:8081/readyz")
+        answer = json.loads(body)
+        assert (code, answer["leader"]) == (200, leader["metadata"]["name"]), answer
+        assert answer["reconciling"] is (pod["metadata"]["name"] == leader["metadata"]["name"]), answer
+
+
+def test_deleting_the_leader_pod_mid_burst_hands_over_and_every_job_has_exactly_its_children(
+        real_node: LocalCluster, operator_pod: Release, record_property: pytest.RecordProperty) -> None:
+    """A rollout, a drain or `kubectl delete pod`: the leader stops cleanly and gives the lease up; the other
+    replica takes it at its next try and finishes the burst."""
+    namespace = prepare_job_namespace(real_node, create_namespace(real_node, "burst-pod-operator"))
+    bodies = [burst_job(i) for i in range(BURST)]
+    lease = (operator_pod.namespace, operator_pod.fullname)
+    try:
+        leader = the_pod(real_node, operator_pod)["metadata"]["name"]
+        for body in bodies[: BURST // 2]:
+            apply_job(real_node, namespace, body)
+        wait_for("the leader in the middle of the burst (a RayJob made)",
+                 lambda: items(real_node, "rayjobs", "-n", namespace), timeout=120, interval=0.05)
+        deleted = time.monotonic()
+        real_node.api.delete("pods", leader, operator_pod.namespace)
+        for body in bodies[BURST // 2:]:
+            apply_job(real_node, namespace, body)
+        successor = wait_for("another replica to take the lease", lambda: (
+            lambda holder: holder if holder not in ("", leader) else None)(lease_holder(real_node, *lease)),
+            timeout=60, interval=0.1)
+        takeover = time.monotonic() - deleted
+        record_property("takeover_seconds", round(takeover, 2))
+        print(f"takeover after deleting the leader pod {leader}: {takeover:.2f} s, by {successor}")
+        assert takeover <= LEASE_DURATION_SECONDS, takeover  # given up, not waited out
+        wait_for("every job Suspended (its children made, its RayJob waiting)",
+                 lambda: set(phases(real_node, namespace).values()) == {"Suspended"}, timeout=180)
+        assert wrong_children(real_node, namespace, bodies, network_policy=True) == {}
+        log = real_node.kubectl("logs", "-n", operator_pod.namespace, successor).stdout
+        assert "Traceback" not in log, log[max(0, log.find("Traceback") - 500):][:4000]
+        # The Deployment replaced the deleted pod: a follower again, behind the new leader.
+        wait_for("two Ready operator pods again", lambda: len([p for p in release_pods(real_node, operator_pod)
+                                                               if _ready(p)]) == 2, timeout=120)
+    finally:
+        delete_namespace(real_node, namespace, wait_for_jobs=True)

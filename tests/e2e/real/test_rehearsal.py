@@ -13,13 +13,15 @@ with the preflight off, the rehearsal in the Ray cluster catches it instead and 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from grpo_devcluster import node_config
 from grpo_devcluster.cluster import LocalCluster
-from grpo_devcluster.rehearsal_job import prepare_namespace, rehearsal_job
+from grpo_devcluster.rehearsal_job import ON_REAL_NODE, prepare_namespace, rehearsal_job
+from grpo_operator.render.security import container_security_context, pod_security_context
 
 from ..grpojobs import apply_job
 from ..helm import Release
@@ -117,11 +119,25 @@ def test_rehearsal_forms_the_ray_cluster_and_places_every_pool_on_its_roles_pod(
     assert not status.get("export")  # nothing trained, nothing exported
 
 
+TOKEN_JOB, OPEN_JOB = "rehearse-broken", "rehearse-open"
+
+
+@pytest.fixture(scope="module")
+def failed_rehearsals(real_node: LocalCluster, rehearsal_namespace: str
+                      ) -> dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]]:
+    """Two jobs whose rehearsal fails in their Ray cluster (the preflight off, a broken reward function), one
+    with Ray token authentication (the default) and one with it disabled, run side by side; by name, each one's
+    status and pods. A failed job's Ray cluster is kept (keepFailedClusterSeconds) for the probes below."""
+    bodies = {name: rehearsal_job(name, "broken.py", preflight=False) for name in (TOKEN_JOB, OPEN_JOB)}
+    bodies[OPEN_JOB]["spec"]["security"] = {"rayAuth": "disabled"}
+    for body in bodies.values():
+        apply_job(real_node, rehearsal_namespace, body)
+    return {name: run_to(real_node, rehearsal_namespace, body, "Failed")[::2] for name, body in bodies.items()}
+
+
 def test_without_the_preflight_the_rehearsal_in_the_ray_cluster_fails_the_job_naming_the_reward(
-        real_node: LocalCluster, rehearsal_namespace: str) -> None:
-    name = "rehearse-broken"
-    status, _, pods = run_to(real_node, rehearsal_namespace,
-                             rehearsal_job(name, "broken.py", preflight=False), "Failed")
+        failed_rehearsals: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
+    status, pods = failed_rehearsals[TOKEN_JOB]
 
     assert _condition(status, "Rehearsal")["status"] == "False", status["conditions"]
     failed = [c for c in status["rehearsal"]["checks"] if not c["ok"]]
@@ -130,3 +146,67 @@ def test_without_the_preflight_the_rehearsal_in_the_ray_cluster_fails_the_job_na
     # the pools were placed all the same: only the reward function failed, in the real Ray cluster
     assert next(c for c in status["rehearsal"]["checks"] if c["name"] == "ray.placement.global_pool")["ok"]
     assert len(_ray_pods(pods)) == 3
+
+
+# Run in a pod of another namespace, without the token: the dashboard's job API (what `ray job submit` uses) and
+# the GCS (what `ray.init(address=...)` and every Ray node use), for each head Service given as argv[1] (JSON).
+PROBE = """
+import json, sys, urllib.error, urllib.request
+import grpc
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+found = {}
+for name, host in json.loads(sys.argv[1]).items():
+    try:
+        with urllib.request.urlopen(f"http://{host}:8265/api/jobs/", timeout=15) as response:
+            found[name + "/dashboard"] = str(response.status)
+    except urllib.error.HTTPError as exc:
+        found[name + "/dashboard"] = f"{exc.code} {exc.read().decode()[:200]}"
+    stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(grpc.insecure_channel(f"{host}:6379"))
+    try:
+        reply = stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=15)
+        found[name + "/gcs"] = f"OK {len(reply.node_info_list)} nodes"
+    except grpc.RpcError as exc:
+        found[name + "/gcs"] = f"{exc.code().name} {exc.details()}"
+print(json.dumps(found))
+"""
+
+
+def _head_service(cluster: LocalCluster, namespace: str, job: str) -> str:
+    rayjob = get(cluster, "rayjob", job, "-n", namespace)
+    return f"{rayjob['status']['rayClusterName']}-head-svc.{namespace}.svc.cluster.local"
+
+
+def test_only_the_jobs_own_pods_reach_a_token_protected_ray_cluster(
+        real_node: LocalCluster, node_images: NodeImages, rehearsal_namespace: str,
+        failed_rehearsals: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
+    """The rehearsal with the token (the default) formed its cluster, submitted and reported through KubeRay,
+    which sent the token; a pod elsewhere without it is refused by the dashboard and the GCS of that cluster
+    and let into the one with ``rayAuth: disabled``."""
+    token_status, _ = failed_rehearsals[TOKEN_JOB]
+    assert token_status["rehearsal"]["checks"], token_status  # the driver ran in the token cluster and reported
+    secret = get(real_node, "secret", get(real_node, "rayjob", TOKEN_JOB, "-n", rehearsal_namespace)["status"][
+        "rayClusterName"], "-n", rehearsal_namespace)
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "RayCluster"  # goes with the cluster
+    targets = {name: _head_service(real_node, rehearsal_namespace, name) for name in (TOKEN_JOB, OPEN_JOB)}
+    namespace = create_namespace(real_node, "ray-auth-probe")
+    try:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace},
+               "spec": {**ON_REAL_NODE, "restartPolicy": "Never", "automountServiceAccountToken": False,
+                        "securityContext": pod_security_context(),
+                        "containers": [{"name": "probe", "image": node_images.trainer, "imagePullPolicy": "Never",
+                                        "command": ["python", "-c", PROBE, json.dumps(targets)],
+                                        "securityContext": container_security_context(),
+                                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                                      "limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+        real_node.apply(pod)
+        wait_for("the probe pod to finish", lambda: (get(real_node, "pod", "probe", "-n", namespace)["status"].get(
+            "phase") in ("Succeeded", "Failed")), timeout=180)
+        log = real_node.kubectl("logs", "-n", namespace, "probe").stdout
+        found = json.loads(log.strip().splitlines()[-1])
+    finally:
+        delete_namespace(real_node, namespace)
+    print(f"probe from another namespace: {found}")
+    assert found[f"{TOKEN_JOB}/dashboard"].startswith("401 "), found
+    assert found[f"{TOKEN_JOB}/gcs"].startswith("UNAUTHENTICATED"), found
+    assert found[f"{OPEN_JOB}/dashboard"] == "200", found
+    assert found[f"{OPEN_JOB}/gcs"] == "OK 3 nodes", found  # head, actor, rollout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,13 @@ from typing import Any
 import pytest
 import yaml
 from grpo_devcluster.build import binary
-from grpo_devcluster.components import HELM
+from grpo_devcluster.components import HELM, KUBERNETES_VERSION
+from grpo_operator import __version__
 from grpo_operator.api import GRPOJobSpec
+from grpo_operator.crd import VERSION_LABEL, build_crd
 from grpo_operator.plan import METRICS_PORT, plan
 from grpo_operator.render.common import JOB_LABEL, MANAGED_BY, OPERATOR_NAME
+from grpo_operator.render.network_policy import NetworkPeers, OperatorIdentity
 from grpo_operator.render.rayjob import HEAD_PORTS
 from grpo_operator.render.rbac import render_trainer_rbac
 from grpo_operator.settings import OperatorSettings
@@ -24,6 +28,12 @@ CHART = ROOT / "charts" / "grpo-operator"
 TOGGLES = ("serviceMonitor.enabled", "podMonitor.enabled", "prometheusRule.enabled", "grafanaDashboard.enabled")
 ALL_ON = [f"{t}=true" for t in TOGGLES]
 NAMESPACED = ["watchNamespaces={team-a,team-b}"]
+# One replica without leader election (kopf peering or standalone), as before the chart elected a leader.
+SINGLE = ["operator.leaderElection.enabled=false", "replicaCount=1"]
+# `helm template` checks the chart's kubeVersion against the Kubernetes its build names; ours is built without
+# helm's version stamps and names v1.20.0, so every render names the Kubernetes the e2e tier runs.
+KUBE_VERSION = KUBERNETES_VERSION
+USER_RBAC = "user-rbac"  # app.kubernetes.io/component of the users' ClusterRoles (templates/user-rbac.yaml)
 
 
 @cache
@@ -41,7 +51,8 @@ def _set(values: list[str] | tuple[str, ...]) -> list[str]:
 
 @cache
 def _render(values: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
-    result = helm("template", "grpo", str(CHART), "--namespace", "grpo-system", *_set(values))
+    result = helm("template", "grpo", str(CHART), "--namespace", "grpo-system", "--kube-version", KUBE_VERSION,
+                  *_set(values))
     assert result.returncode == 0, result.stderr
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
@@ -73,8 +84,11 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 def test_defaults_render_the_operator_and_no_monitoring_objects() -> None:
     # The Job is `helm test`'s install check (a hook: created only by `helm test`).
-    assert kinds(render()) == ["ClusterKopfPeering", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
-                               "ClusterRoleBinding", "Deployment", "Job", "Service", "ServiceAccount"]
+    # Four ClusterRoles: the operator's, its nodes', and the users' edit and view (user-rbac.yaml). The Role,
+    # its binding and the PodDisruptionBudget: the leader Lease's rights and the two replicas' budget.
+    assert kinds(render()) == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRole",
+                               "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Job", "PodDisruptionBudget",
+                               "Role", "RoleBinding", "Service", "ServiceAccount"]
 
 
 def test_helm_test_reads_the_operators_metrics_as_a_restricted_pod_without_credentials() -> None:
@@ -114,9 +128,12 @@ def test_each_toggle_adds_exactly_its_object(toggle: str, kind: str) -> None:
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
     ("operator.dependencyRetrySeconds=-1", "/operator/dependencyRetrySeconds"),
     ("operatr.verbose=true", "operatr"),
+    ("rbac.aggregateToDefaultRoles=maybe", "/rbac/aggregateToDefaultRoles"),
+    # A number where Kubernetes wants a string: refused here, naming it, not by the apiserver's decoder.
+    ("extraEnv[0].name=GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT,extraEnv[0].value=16", "/extraEnv/0/value"),
 ])
 def test_schema_refuses_a_wrong_value_naming_it(value: str, named: str) -> None:
-    for command in (["template", "grpo"], ["lint", "--strict"]):
+    for command in (["template", "grpo", "--kube-version", KUBE_VERSION], ["lint", "--strict"]):
         result = helm(*command, str(CHART), "--set", value)
         assert result.returncode != 0, f"helm {command[0]} accepted {value}"
         assert named in result.stdout + result.stderr
@@ -134,10 +151,32 @@ def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_deployment_is_one_replica_replaced_by_recreate() -> None:
-    spec = one(render(), "Deployment")["spec"]
+def test_deployment_is_two_replicas_electing_a_leader_kept_through_drains() -> None:
+    docs = render()
+    spec = one(docs, "Deployment")["spec"]
+    assert spec["replicas"] == 2
+    # One pod at a time, never a surge: the Lease, not the rollout, decides who reconciles.
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert "--leader-elect=grpo-grpo-operator" in _container(docs)["args"]
+    budget = one(docs, "PodDisruptionBudget")["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+def test_without_leader_election_one_replica_is_replaced_by_recreate() -> None:
+    docs = render(*SINGLE)
+    spec = one(docs, "Deployment")["spec"]
     assert spec["replicas"] == 1
     assert spec["strategy"] == {"type": "Recreate"}
+    assert "PodDisruptionBudget" not in kinds(docs)
+    assert not [a for a in _container(docs)["args"] if a.startswith("--leader-elect")]
+
+
+def test_two_replicas_without_leader_election_are_refused() -> None:
+    result = helm("template", "grpo", str(CHART), "--kube-version", KUBE_VERSION, "--set", "replicaCount=2",
+                  "--set", "operator.leaderElection.enabled=false")
+    assert result.returncode != 0
+    assert "replicaCount: more than one replica needs operator.leaderElection.enabled=true" in result.stderr
 
 
 def test_deployment_meets_restricted_pod_security() -> None:
@@ -150,18 +189,23 @@ def test_deployment_meets_restricted_pod_security() -> None:
     assert container["capabilities"] == {"drop": ["ALL"]}
 
 
-def test_liveness_probe_targets_the_kopf_liveness_endpoint() -> None:
+def test_liveness_and_readiness_probes_target_the_operators_health_endpoints() -> None:
     container = _container(render("liveness.port=9091"))
-    assert "--liveness=http://0.0.0.0:9091/healthz" in container["args"]
-    probe = container["livenessProbe"]["httpGet"]
+    assert "--liveness=http://0.0.0.0:9091" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert (probe["path"], ports[probe["port"]]) == ("/healthz", 9091)
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        assert (get["path"], ports[get["port"]]) == (path, 9091)
 
 
-def test_peering_toggle_picks_peering_or_standalone() -> None:
-    assert "--peering=grpo-grpo-operator" in _container(render())["args"]
-    assert "--standalone" in _container(render("operator.peering.enabled=false"))["args"]
-    assert "ClusterKopfPeering" not in kinds(render("operator.peering.enabled=false"))
+def test_peering_toggle_picks_peering_or_standalone_without_leader_election() -> None:
+    assert "--peering=grpo-grpo-operator" in _container(render(*SINGLE))["args"]
+    assert "--standalone" in _container(render(*SINGLE, "operator.peering.enabled=false"))["args"]
+    assert "ClusterKopfPeering" not in kinds(render(*SINGLE, "operator.peering.enabled=false"))
+    # With leader election kopf runs standalone on the leader: no peering object, no rights to one.
+    assert "ClusterKopfPeering" not in kinds(render())
+    assert not _grants(_rules(render(), "ClusterRole"), "kopf.dev", "clusterkopfpeerings", "patch",
+                       "grpo-grpo-operator")
 
 
 def test_operator_pod_gives_kopf_its_pod_name_as_identity() -> None:
@@ -175,10 +219,37 @@ def test_deployment_env_is_read_by_the_operator_settings() -> None:
                                   "operator.dependencyRetrySeconds=7", "metrics.port=9100", *NAMESPACED))
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     settings = OperatorSettings.from_env(env)
+    # The chart's networkPolicy defaults are the operator's own; the chart adds the operator's pods.
+    operator_pods = OperatorIdentity("grpo-system", one(render(), "Deployment")["spec"]["selector"]["matchLabels"])
     assert settings == OperatorSettings(default_trainer_image="registry.example/trainer:1.2",
                                         namespaces=("team-a", "team-b"), metrics_host="0.0.0.0",
-                                        metrics_port=9100, dependency_retry_seconds=7.0)
+                                        metrics_port=9100, dependency_retry_seconds=7.0,
+                                        network_policy=NetworkPeers(operator=operator_pods))
     assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == 9100
+
+
+def render_values(tmp_path: Path, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chart rendered with a values file, as users write one (`--set` would turn "16" into a number)."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = helm("template", "grpo", str(CHART), "--namespace", "grpo-system", "--kube-version", KUBE_VERSION,
+                  "-f", str(path))
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def test_extra_env_reaches_the_operator_settings_after_the_charts_own(tmp_path: Path) -> None:
+    extra = [{"name": "GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT", "value": "16"},
+             {"name": "GRPO_OPERATOR_DEPENDENCY_RETRY_SECONDS", "value": "5"},
+             {"name": "HTTPS_PROXY", "valueFrom": {"configMapKeyRef": {"name": "proxy", "key": "url"}}}]
+    env = _container(render_values(tmp_path, {"extraEnv": extra}))["env"]
+    assert env[-len(extra):] == extra  # as written, valueFrom included
+    # Appended: the kubelet keeps a name's last value, so an entry naming a chart-set variable replaces it.
+    values = {e["name"]: e["value"] for e in env if "value" in e}
+    settings = OperatorSettings.from_env(values)
+    assert (settings.max_jobs_in_flight, settings.dependency_retry_seconds) == (16, 5.0)
+    own = {e["name"] for e in _container(render())["env"]}
+    assert "GRPO_OPERATOR_DEPENDENCY_RETRY_SECONDS" in own and "GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT" not in own
 
 
 # --------------------------------------------------------------------------- RBAC
@@ -193,8 +264,14 @@ def colocated_role() -> dict[str, Any]:
     return next(o for o in render_trainer_rbac(spec, job_plan) if o["kind"] == "Role")
 
 
+def _operators_own(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects without the users' aggregated ClusterRoles, which are no rights of the operator's."""
+    return [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") != USER_RBAC]
+
+
 def _rules(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [rule for d in docs if d["kind"] == kind for rule in d["rules"]]
+    """The operator's rules in objects of `kind`."""
+    return [rule for d in _operators_own(docs) if d["kind"] == kind for rule in d["rules"]]
 
 
 def _grants(rules: list[dict[str, Any]], group: str, resource: str, verb: str, name: str | None = None) -> bool:
@@ -234,22 +311,100 @@ def test_rbac_holds_what_the_trainer_role_grants(colocated_role: dict[str, Any],
 
 
 def test_namespaced_mode_has_a_role_per_namespace_and_reads_only_nodes_cluster_wide() -> None:
-    docs = render(*NAMESPACED)
+    docs = _operators_own(render(*NAMESPACED))
     cluster_wide = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering")]
     assert {d["metadata"]["name"] for d in cluster_wide} == {"grpo-grpo-operator-nodes"}
-    assert not {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} & set(kinds(render(*NAMESPACED,
-                                                                                               "rbac.nodes=false")))
-    for kind in ("Role", "RoleBinding", "KopfPeering"):
-        assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind) == ["team-a", "team-b"]
-    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert not {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} & set(kinds(_operators_own(
+        render(*NAMESPACED, "rbac.nodes=false"))))
+    jobs_rbac = [d for d in docs if not d["metadata"]["name"].endswith("-leader-election")]  # the Lease's own
+    for kind in ("Role", "RoleBinding"):
+        assert sorted(d["metadata"]["namespace"] for d in jobs_rbac if d["kind"] == kind) == ["team-a", "team-b"]
+    peerings = render(*NAMESPACED, *SINGLE)
+    assert sorted(d["metadata"]["namespace"] for d in peerings if d["kind"] == "KopfPeering") == ["team-a", "team-b"]
+    binding = next(d for d in jobs_rbac if d["kind"] == "RoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "grpo-grpo-operator",
                                     "namespace": "grpo-system"}]
 
 
+def test_lease_rights_are_pinned_to_the_release_lease_in_its_namespace() -> None:
+    role = next(d for d in render() if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election"))
+    assert role["metadata"]["namespace"] == "grpo-system"
+    rules = role["rules"]
+    assert _grants(rules, "coordination.k8s.io", "leases", "update", "grpo-grpo-operator")
+    assert not _grants(rules, "coordination.k8s.io", "leases", "update", "another-lease")
+    assert not _grants(rules, "coordination.k8s.io", "leases", "delete", "grpo-grpo-operator")
+    assert "Role" not in kinds(render(*SINGLE))
+
+
 def test_peering_rights_are_pinned_to_the_release_peering_object() -> None:
-    rules = _rules(render(), "ClusterRole")
+    rules = _rules(render(*SINGLE), "ClusterRole")
     assert _grants(rules, "kopf.dev", "clusterkopfpeerings", "patch", "grpo-grpo-operator")
     assert not _grants(rules, "kopf.dev", "clusterkopfpeerings", "patch", "another-operator")
+
+
+def _user_roles(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The users' aggregated ClusterRoles by the suffix of their name (edit, view)."""
+    return {d["metadata"]["name"].rsplit("-", 1)[-1]: d for d in docs
+            if d["kind"] == "ClusterRole" and d["metadata"]["labels"].get("app.kubernetes.io/component") == USER_RBAC}
+
+
+def _aggregated_into(role: dict[str, Any]) -> set[str]:
+    prefix = "rbac.authorization.k8s.io/aggregate-to-"
+    labels = role["metadata"]["labels"]
+    return {k.removeprefix(prefix) for k, v in labels.items() if k.startswith(prefix) and v == "true"}
+
+
+def test_users_edit_and_view_grpojobs_through_kubernetes_own_roles() -> None:
+    roles = _user_roles(render())
+    assert set(roles) == {"edit", "view"}
+    assert _aggregated_into(roles["edit"]) == {"admin", "edit"}
+    assert _aggregated_into(roles["view"]) == {"view"}
+    edit, view = roles["edit"]["rules"], roles["view"]["rules"]
+    for verb in ("create", "update", "patch", "delete", "get", "list", "watch"):
+        assert _grants(edit, "grpo.dev", "grpojobs", verb), verb
+    for verb in ("get", "list", "watch"):
+        assert _grants(view, "grpo.dev", "grpojobs", verb), verb
+    assert not {"create", "update", "patch", "delete", "deletecollection"} & {v for r in view for v in r["verbs"]}
+    for rules in (edit, view):
+        # The status is the operator's and the trainer's: readable, never written by people.
+        assert _grants(rules, "grpo.dev", "grpojobs/status", "get")
+        assert not any(_grants(rules, "grpo.dev", "grpojobs/status", verb) for verb in ("update", "patch"))
+        # Only GRPOJobs: a job's Ray token Secret stays with the roles that read Secrets already.
+        assert {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]} == {
+            ("grpo.dev", "grpojobs"), ("grpo.dev", "grpojobs/status")}
+
+
+@pytest.mark.parametrize(("values", "present"), [
+    ((), True),
+    (tuple(NAMESPACED), True),  # users' rights follow the CRD, which is cluster-wide in either mode
+    (("rbac.aggregateToDefaultRoles=false",), False),
+    (("rbac.create=false",), False),
+])
+def test_users_roles_follow_their_switch_and_rbac_create(values: tuple[str, ...], present: bool) -> None:
+    assert bool(_user_roles(render(*values))) is present
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def test_the_chart_the_package_and_the_crd_carry_the_operators_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"] == __version__
+    assert build_crd()["metadata"]["labels"][VERSION_LABEL] == __version__
+    assert one(render(), "Deployment")["metadata"]["labels"]["app.kubernetes.io/version"] == __version__
+
+
+@pytest.mark.parametrize(("kube_version", "installs"), [
+    ("v1.29.0", True),
+    ("v1.30.2-gke.1", True),  # a vendor build: a pre-release to semver, admitted by the floor's "-0"
+    ("v1.28.15", False),  # CRD validation rules are beta there, and can be off
+])
+def test_kube_version_floor_is_1_29_vendor_builds_included(kube_version: str, installs: bool) -> None:
+    result = helm("template", "grpo", str(CHART), "--kube-version", kube_version)
+    assert (result.returncode == 0) is installs, result.stderr
+    if not installs:
+        assert "requires kubeVersion: >=1.29.0-0" in result.stderr
 
 
 # --------------------------------------------------------------------------- monitoring
@@ -310,7 +465,7 @@ def test_service_monitor_selects_the_metrics_service_and_keeps_job_namespaces() 
 
 
 def test_service_monitor_without_the_service_is_refused() -> None:
-    result = helm("template", "grpo", str(CHART), *_set(["serviceMonitor.enabled=true",
-                                                          "metrics.service.enabled=false"]))
+    result = helm("template", "grpo", str(CHART), "--kube-version", KUBE_VERSION,
+                  *_set(["serviceMonitor.enabled=true", "metrics.service.enabled=false"]))
     assert result.returncode != 0 and "metrics.service.enabled" in result.stderr
 

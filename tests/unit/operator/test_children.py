@@ -6,6 +6,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJob
 from grpo_operator.reconcile.children import creation_waves, missing_dependencies, training_children
+from grpo_operator.render import NetworkPeers
 from grpojob_fixtures import plan_of
 
 
@@ -16,7 +17,7 @@ def _job(body: dict[str, Any], **spec_changes: Any) -> GRPOJob:
 
 def test_retained_checkpoint_pvc_is_not_owned_so_deleting_the_job_keeps_weights(reference_body) -> None:
     job = _job(reference_body)
-    children = training_children(job.spec, plan_of(job.spec, job.metadata["name"]))
+    children = training_children(job.spec, plan_of(job.spec, job.metadata["name"]), NetworkPeers())
     kinds = [c.kind for c in children]
     assert kinds[-1] == "RayJob"
     pvc = next(c for c in children if c.kind == "PersistentVolumeClaim")
@@ -27,7 +28,8 @@ def test_retained_checkpoint_pvc_is_not_owned_so_deleting_the_job_keeps_weights(
 def test_delete_policy_delete_makes_the_pvc_owned(reference_body) -> None:
     checkpoints = {**reference_body["spec"]["checkpoints"], "deletePolicy": "Delete"}
     job = _job(reference_body, checkpoints=checkpoints)
-    pvc = next(c for c in training_children(job.spec, plan_of(job.spec, "j")) if c.kind == "PersistentVolumeClaim")
+    pvc = next(c for c in training_children(job.spec, plan_of(job.spec, "j"), None)
+               if c.kind == "PersistentVolumeClaim")
     assert pvc.owned is True
 
 
@@ -54,6 +56,6 @@ def test_reward_function_configmap_and_key_are_checked(colocated_body) -> None:
 
 def test_the_rolebinding_waits_for_its_role_and_the_rayjob_for_the_service_account(reference_body) -> None:
     job = _job(reference_body)
-    first, second = creation_waves(training_children(job.spec, plan_of(job.spec, "j")))
-    assert {"ServiceAccount", "Role", "ConfigMap", "PersistentVolumeClaim"} <= {c.kind for c in first}
+    first, second = creation_waves(training_children(job.spec, plan_of(job.spec, "j"), NetworkPeers()))
+    assert {"ServiceAccount", "Role", "ConfigMap", "PersistentVolumeClaim", "NetworkPolicy"} <= {c.kind for c in first}
     assert sorted(c.kind for c in second) == ["RayJob", "RoleBinding"]

@@ -164,3 +164,68 @@ def test_a_single_namespace_operator_never_reads_the_crd() -> None:
     compat = KubeRayCompat(30, read, readable=False)
     assert asyncio.run(compat.problem()) is None
     assert not compat.compatible
+
+
+def crd_with_auth_options(has: bool) -> dict[str, Any]:
+    base = crd()
+    if has:
+        schema = base["spec"]["versions"][1]["schema"]["openAPIV3Schema"]
+        base["spec"]["versions"][1]["schema"]["openAPIV3Schema"] = _merge(schema, _node(kuberay.AUTH_OPTIONS.path))
+    return base
+
+
+def test_token_auth_needs_the_release_with_auth_options() -> None:
+    assert kuberay.AUTH_OPTIONS.since == "1.5.1"
+    assert kuberay.serves_auth_options(crd_with_auth_options(True))
+    assert not kuberay.serves_auth_options(crd_with_auth_options(False))
+    # It is not a floor for every job: a KubeRay 1.5.0 still runs jobs with rayAuth: disabled.
+    assert kuberay.missing_fields(crd_with_auth_options(False)) == []
+
+
+def test_a_token_job_on_kuberay_1_5_0_is_refused_and_a_disabled_one_is_not() -> None:
+    async def read() -> dict[str, Any]:
+        return crd_with_auth_options(False)
+
+    compat = KubeRayCompat(30, read)
+
+    async def judge() -> tuple[str | None, str | None, str | None]:
+        return await compat.problem(), await compat.job_problem("token"), await compat.job_problem("disabled")
+
+    whole, token, disabled = asyncio.run(judge())
+    assert whole is None and disabled is None
+    assert token == kuberay.TOKEN_AUTH_UNSUPPORTED
+    assert "spec.security.rayAuth" in token and "KubeRay v1.5.1 or later" in token
+    assert "spec.security.rayAuth: disabled" in token  # the other fix
+
+
+def test_an_upgraded_kuberay_is_seen_without_a_restart() -> None:
+    crds = [crd_with_auth_options(False), crd_with_auth_options(True)]
+    now = [0.0]
+
+    async def read() -> dict[str, Any]:
+        return crds.pop(0) if len(crds) > 1 else crds[0]
+
+    compat = KubeRayCompat(30, read, lambda: now[0])
+    assert asyncio.run(compat.problem()) is None
+    assert asyncio.run(compat.job_problem("token")) == kuberay.TOKEN_AUTH_UNSUPPORTED
+    now[0] = 31.0
+    assert asyncio.run(compat.job_problem("token")) is None
+
+
+def test_a_strict_refusal_of_auth_options_refuses_token_jobs_only() -> None:
+    message = ('RayJob.ray.io "j" is invalid: strict decoding error: unknown field '
+               '"spec.rayClusterSpec.authOptions"')
+    refusal = kuberay.KubeRayUnsupported(kuberay.refusal_of(message) or "")
+    assert refusal.message == kuberay.TOKEN_AUTH_UNSUPPORTED
+    assert not refusal.whole_cluster
+
+    async def unreadable() -> dict[str, Any]:
+        raise AssertionError("a single-namespace operator never reads the CRD")
+
+    compat = KubeRayCompat(30, unreadable, readable=False)
+    assert asyncio.run(compat.job_problem("token")) is None  # unknown: the strict create is the check
+    compat.unsupported(refusal)
+    assert asyncio.run(compat.problem()) is None  # other jobs still run
+    assert asyncio.run(compat.job_problem("token")) == kuberay.TOKEN_AUTH_UNSUPPORTED
+    whole = kuberay.KubeRayUnsupported(kuberay.refusal_of(message.replace("authOptions", "backoffLimit")) or "")
+    assert whole.whole_cluster

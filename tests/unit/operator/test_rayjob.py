@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec, PodMetadata
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_children, render_rayjob
+from grpo_operator.render.rayjob import RAY_VERSION
 from grpojob_fixtures import plan_of, spec_with
 
 
@@ -244,3 +246,27 @@ def test_a_failed_rehearsal_is_not_retried_while_training_keeps_its_retries(
     assert render_rayjob(*reference)["spec"]["backoffLimit"] == spec.scheduling.retries
     rehearsal = spec.model_copy(update={"rehearsal": True})
     assert render_rayjob(rehearsal, plan_of(rehearsal))["spec"]["backoffLimit"] == 0
+
+
+def test_token_auth_is_on_by_default_through_kuberays_auth_options(colocated: tuple[GRPOJobSpec, Plan]) -> None:
+    rj = render_rayjob(*colocated)
+    cluster = rj["spec"]["rayClusterSpec"]
+    assert cluster["authOptions"] == {"mode": "token"}
+    # KubeRay refuses token mode without a rayVersion of 2.52 or later.
+    assert cluster["rayVersion"] == "2.52.1"
+    # The token itself is KubeRay's (a Secret owned by the RayCluster): nothing of it is in what we render.
+    rendered = json.dumps(rj)
+    assert "RAY_AUTH_TOKEN" not in rendered and "auth_token" not in rendered
+
+
+def test_disabled_ray_auth_renders_no_auth_options(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda raw: raw.update(security={"rayAuth": "disabled"}))
+    cluster = render_rayjob(spec, plan_of(spec))["spec"]["rayClusterSpec"]
+    # Absent, not "disabled": a KubeRay older than v1.5.1 refuses the field, and a disabled job must run there.
+    assert "authOptions" not in cluster
+    assert cluster["rayVersion"] == "2.52.1"
+
+
+def test_the_rendered_ray_version_is_the_trainer_images() -> None:
+    requirements = Path(__file__).resolve().parents[3] / "images" / "trainer" / "requirements.in"
+    assert f"ray[default]=={RAY_VERSION}" in requirements.read_text().split()

@@ -2,7 +2,7 @@ module grpo.dev/hack/cluster/kuberay
 
 go 1.24.0
 
-require github.com/ray-project/kuberay/ray-operator v1.5.0
+require github.com/ray-project/kuberay/ray-operator v1.5.1
 
 require (
 	github.com/Masterminds/semver/v3 v3.3.1 // indirect

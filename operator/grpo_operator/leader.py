@@ -1,0 +1,237 @@
+"""Leader election on a coordination.k8s.io Lease: of the operator's replicas only the leader reconciles.
+
+The replicas race for one Lease in the operator's namespace, as client-go's leaderelection does: the holder
+renews it every ``retry_period``; a replica that sees it unrenewed for ``lease_duration`` takes it. Each write
+carries the resourceVersion it read, so of two replicas taking an expired lease at once the apiserver lets one
+win (409 for the other). The leader that cannot renew for ``renew_deadline`` (shorter than the lease, so it
+stops before anyone may take over) stops reconciling and exits; its pod restarts as a follower. A leader that
+stops on purpose (SIGTERM: a rollout, a drained node, a deleted pod) gives the lease up, so a follower takes
+over at its next try instead of after the lease expires.
+
+Followers run no kopf at all: no watches, no caches. Taking over is a cold start of kopf, which lists every
+GRPOJob and resumes each from its status and children (the handlers are idempotent: create-if-absent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from grpo_operator.runtime import kube
+
+log = logging.getLogger("grpo_operator.leader")
+
+LEASE_API = "/apis/coordination.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """client-go's defaults: the lease outlives the renew deadline, so a leader that lost its lease has
+    stopped before another may take it."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                f"leader election needs retryPeriod < renewDeadline < leaseDuration, got {self.retry_period} s, "
+                f"{self.renew_deadline} s, {self.lease_duration} s"
+            )
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """What a Lease says, as of its read."""
+
+    holder: str
+    renewed: datetime | None
+    duration: float
+    transitions: int
+    resource_version: str | None
+    acquired: datetime | None = None
+
+
+class Move(Enum):
+    RENEW = "renew"  # ours: renew it
+    TAKE = "take"  # free or expired: take it
+    WAIT = "wait"  # another's, still valid
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_time(moment: datetime) -> str:
+    """A Lease's MicroTime: RFC 3339 with microseconds, in UTC."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_view(lease: Mapping[str, Any]) -> LeaseView:
+    spec = lease.get("spec") or {}
+    return LeaseView(
+        holder=spec.get("holderIdentity") or "",
+        renewed=parse_time(spec.get("renewTime")),
+        duration=float(spec.get("leaseDurationSeconds") or 0),
+        transitions=int(spec.get("leaseTransitions") or 0),
+        resource_version=(lease.get("metadata") or {}).get("resourceVersion"),
+        acquired=parse_time(spec.get("acquireTime")),
+    )
+
+
+def next_move(view: LeaseView, me: str, now: datetime) -> Move:
+    """What `me` does with the lease it just read. An empty holder is a lease given up."""
+    if view.holder == me:
+        return Move.RENEW
+    if not view.holder or view.renewed is None:
+        return Move.TAKE
+    return Move.TAKE if now >= view.renewed + timedelta(seconds=view.duration) else Move.WAIT
+
+
+def lease_body(name: str, namespace: str, me: str, now: datetime, timing: Timing,
+               previous: LeaseView | None) -> dict[str, Any]:
+    """The Lease `me` writes to take or renew it; `previous` is the one it read (None: it creates it)."""
+    renewing = previous is not None and previous.holder == me
+    acquired = previous.acquired if renewing and previous.acquired else now
+    transitions = 0 if previous is None else previous.transitions + (0 if renewing else 1)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if previous is not None and previous.resource_version:
+        metadata["resourceVersion"] = previous.resource_version  # the apiserver refuses a stale write (409)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": me,
+            "leaseDurationSeconds": max(1, round(timing.lease_duration)),
+            "acquireTime": format_time(acquired),
+            "renewTime": format_time(now),
+            "leaseTransitions": transitions,
+        },
+    }
+
+
+def released_body(view: LeaseView, name: str, namespace: str) -> dict[str, Any]:
+    """The lease given up: no holder, so the next follower to read it takes it at once."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if view.resource_version:
+        metadata["resourceVersion"] = view.resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": view.transitions},
+    }
+
+
+@dataclass
+class Leadership:
+    """What readiness and the metrics say: whether this replica leads, and who does."""
+
+    identity: str
+    leading: bool = False
+    holder: str = ""
+
+
+class LeaderElector:
+    """Takes the Lease, keeps it, gives it up; never acts on GRPOJobs itself."""
+
+    def __init__(self, client: kube.Client, namespace: str, name: str, identity: str, timing: Timing,
+                 clock: Any = None) -> None:
+        self._client = client
+        self._path = f"{LEASE_API}/namespaces/{namespace}/leases"
+        self._namespace = namespace
+        self._name = name
+        self._timing = timing
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.state = Leadership(identity)
+
+    async def _read(self) -> LeaseView | None:
+        try:
+            return lease_view(await self._client.request("GET", f"{self._path}/{self._name}"))
+        except kube.ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def try_once(self) -> bool:
+        """One round: read the lease and take or renew it if this replica may. True if it leads now."""
+        me = self.state.identity
+        view = await self._read()
+        now = self._clock()
+        if view is not None:
+            self.state.holder = view.holder
+            if next_move(view, me, now) is Move.WAIT:
+                self.state.leading = False
+                return False
+        body = lease_body(self._name, self._namespace, me, now, self._timing, view)
+        try:
+            with kube.call_site("leader-election"):
+                if view is None:
+                    await self._client.request("POST", self._path, body, answer=False)
+                else:
+                    await self._client.request("PUT", f"{self._path}/{self._name}", body, answer=False)
+        except kube.ApiError as exc:
+            if exc.status == 409:  # another replica wrote first
+                self.state.leading = False
+                return False
+            raise
+        if not self.state.leading:
+            log.info("%s leads now (lease %s/%s, held before by %s)", me, self._namespace, self._name,
+                     (view.holder if view else "") or "nobody")
+        self.state.leading, self.state.holder = True, me
+        return True
+
+    async def acquire(self) -> None:
+        """Return once this replica leads."""
+        while True:
+            try:
+                if await asyncio.wait_for(self.try_once(), self._timing.renew_deadline):
+                    return
+            except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+                log.warning("could not read or take the lease: %s", exc)
+            await asyncio.sleep(self._timing.retry_period)
+
+    async def keep(self) -> None:
+        """Renew every retry period; return when the lease is lost (another took it, or no renewal
+        succeeded within the renew deadline)."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(self._timing.retry_period)
+            try:
+                if await asyncio.wait_for(self.try_once(), self._timing.renew_deadline):
+                    last = loop.time()
+                    continue
+                log.error("lost the lease to %s", self.state.holder)
+                return
+            except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+                log.warning("could not renew the lease: %s", exc)
+            if loop.time() - last >= self._timing.renew_deadline:
+                self.state.leading = False
+                log.error("no renewal of the lease for %.0f s: stepping down", self._timing.renew_deadline)
+                return
+
+    async def release(self) -> None:
+        """Give the lease up if this replica still holds it, so a follower takes over at once."""
+        if not self.state.leading:
+            return
+        self.state.leading = False
+        try:
+            view = await asyncio.wait_for(self._read(), self._timing.renew_deadline)
+            if view is not None and view.holder == self.state.identity:
+                with kube.call_site("leader-election"):
+                    await asyncio.wait_for(self._client.request(
+                        "PUT", f"{self._path}/{self._name}", released_body(view, self._name, self._namespace),
+                        answer=False), self._timing.renew_deadline)
+                log.info("gave the lease up")
+        except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+            log.warning("could not give the lease up (a follower takes it once it expires): %s", exc)

@@ -1,0 +1,103 @@
+"""Two operator processes electing a leader on the real apiserver's Lease: only the holder reconciles, and when
+it dies without a word (SIGKILL: an OOM kill, a lost node) the other takes over once the lease expires, in the
+middle of a burst, and every job ends with exactly its children.
+
+The operator pod's graceful hand-over (a deleted leader pod gives the lease up) is proved on the real node
+(tests/e2e/real/test_operator_pod.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.operator_runner import TEST_TIMERS, OperatorProcess, install_crd, prepare_job_namespace
+
+from .grpojobs import apply_job
+from .kube import create_namespace, delete_namespace, items, wait_for
+from .takeover import burst_job, lease_holder, phases, wrong_children
+
+pytestmark = pytest.mark.e2e
+
+LEASE = "grpo-operator"
+# Short, to keep the test short; the production defaults (15/10/2 s) have the same proportions.
+TIMING = {"GRPO_OPERATOR_LEASE_DURATION_SECONDS": "6", "GRPO_OPERATOR_RENEW_DEADLINE_SECONDS": "4",
+          "GRPO_OPERATOR_RETRY_PERIOD_SECONDS": "1"}
+BURST = 12
+
+
+def readiness(operator: OperatorProcess) -> dict:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{operator.health_url}/readyz", timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def lease_namespace(cluster: LocalCluster, operator_paused: None) -> Iterator[str]:
+    namespace = create_namespace(cluster, "operator-ha")
+    yield namespace
+    delete_namespace(cluster, namespace)
+
+
+@pytest.fixture(scope="module")
+def replicas(cluster: LocalCluster, lease_namespace: str) -> Iterator[tuple[OperatorProcess, OperatorProcess]]:
+    install_crd(cluster)
+    pair = tuple(
+        OperatorProcess(cluster, cluster.log_dir, args=(f"--leader-elect={LEASE}",), log_name=f"grpo-operator-{n}.log",
+                        extra_env={**TEST_TIMERS, **TIMING, "POD_ID": f"replica-{n}", "POD_NAMESPACE": lease_namespace})
+        for n in ("a", "b"))
+    try:
+        pair[0].start()
+        wait_for("replica-a to take the lease", lambda: lease_holder(cluster, lease_namespace, LEASE) == "replica-a")
+        pair[1].start()
+        yield pair  # type: ignore[misc]
+    finally:
+        for operator in pair:
+            operator.stop()
+
+
+def test_only_the_lease_holder_reconciles_and_each_replica_says_who_leads(
+        cluster: LocalCluster, lease_namespace: str, replicas: tuple[OperatorProcess, OperatorProcess]) -> None:
+    first, second = (readiness(r) for r in replicas)
+    assert first == {"identity": "replica-a", "leading": True, "leader": "replica-a", "reconciling": True,
+                     "problems": []}
+    assert second["leading"] is False and second["reconciling"] is False
+    assert second["leader"] == "replica-a"
+    # The follower runs no kopf: its log has no handler output, only that it follows.
+    assert "leads now" not in replicas[1].log.read_text()
+
+
+def test_a_killed_leader_is_replaced_within_the_lease_in_a_burst_and_every_job_has_exactly_its_children(
+        cluster: LocalCluster, lease_namespace: str, replicas: tuple[OperatorProcess, OperatorProcess],
+        record_property: pytest.RecordProperty) -> None:
+    leader_, follower = replicas
+    namespace = prepare_job_namespace(cluster, create_namespace(cluster, "burst-ha"))
+    bodies = [burst_job(i) for i in range(BURST)]
+    try:
+        for body in bodies[: BURST // 2]:
+            apply_job(cluster, namespace, body)
+        wait_for("the leader to be in the middle of the burst (a RayJob made)",
+                 lambda: items(cluster, "rayjobs", "-n", namespace), timeout=60, interval=0.05)
+        killed = time.monotonic()
+        leader_.kill()
+        for body in bodies[BURST // 2:]:
+            apply_job(cluster, namespace, body)
+        wait_for("replica-b to take the lease", lambda: lease_holder(cluster, lease_namespace, LEASE) == "replica-b",
+                 timeout=60, interval=0.1)
+        takeover = time.monotonic() - killed
+        record_property("takeover_seconds", round(takeover, 2))
+        print(f"takeover after SIGKILL of the leader: {takeover:.2f} s (lease {TIMING})")
+        lease = float(TIMING["GRPO_OPERATOR_LEASE_DURATION_SECONDS"])
+        retry = float(TIMING["GRPO_OPERATOR_RETRY_PERIOD_SECONDS"])
+        # Not before the dead leader's lease expired (never two leaders), and at the follower's next try after.
+        assert lease - 1 <= takeover <= lease + 2 * retry + 3, takeover
+        wait_for("every job Suspended (its children made, its RayJob waiting)",
+                 lambda: set(phases(cluster, namespace).values()) == {"Suspended"}, timeout=120)
+        assert wrong_children(cluster, namespace, bodies, network_policy=True) == {}
+        assert readiness(follower)["reconciling"] is True
+    finally:
+        delete_namespace(cluster, namespace, wait_for_jobs=True)
