@@ -156,7 +156,8 @@ class LeaderElector:
 
     async def _read(self) -> LeaseView | None:
         try:
-            return lease_view(await self._client.request("GET", f"{self._path}/{self._name}"))
+            with kube.call_site("leader-election"):
+                return lease_view(await self._client.request("GET", f"{self._path}/{self._name}"))
         except kube.ApiError as exc:
             if exc.status == 404:
                 return None

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from grpo_devcluster.cluster import LocalCluster
+from grpo_devcluster.kubeapi import ApiError
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import plan
 from grpo_operator.render import NetworkPeers, render_children
@@ -62,7 +63,13 @@ def wrong_children(cluster: LocalCluster, namespace: str, bodies: list[dict[str,
 
 
 def lease_holder(cluster: LocalCluster, namespace: str, lease: str) -> str:
-    found = get(cluster, "lease", lease, "-n", namespace)
+    """Who holds the Lease; "" when nobody does, or before the first replica created it."""
+    try:
+        found = get(cluster, "lease", lease, "-n", namespace)
+    except ApiError as exc:
+        if exc.status == 404:
+            return ""
+        raise
     return (found.get("spec") or {}).get("holderIdentity") or ""
 
 
