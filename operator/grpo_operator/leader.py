@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -87,13 +87,16 @@ def lease_view(lease: Mapping[str, Any]) -> LeaseView:
     )
 
 
-def next_move(view: LeaseView, me: str, now: datetime) -> Move:
-    """What `me` does with the lease it just read. An empty holder is a lease given up."""
+def next_move(view: LeaseView, me: str, unchanged_for: float) -> Move:
+    """What `me` does with the lease it just read, `unchanged_for` seconds (on its own clock) after it first saw
+    this very record (holder, renewal, version). Expiry is judged by this replica's own observation, as client-go
+    does, never by comparing its wall clock with the holder's renewTime: a skewed clock must not let a follower
+    take a lease that is being renewed. An empty holder is a lease given up."""
     if view.holder == me:
         return Move.RENEW
-    if not view.holder or view.renewed is None:
+    if not view.holder:
         return Move.TAKE
-    return Move.TAKE if now >= view.renewed + timedelta(seconds=view.duration) else Move.WAIT
+    return Move.TAKE if unchanged_for >= view.duration else Move.WAIT
 
 
 def lease_body(name: str, namespace: str, me: str, now: datetime, timing: Timing,
@@ -153,6 +156,8 @@ class LeaderElector:
         self._timing = timing
         self._clock = clock or (lambda: datetime.now(UTC))
         self.state = Leadership(identity)
+        # The lease record last read and when (monotonic) this replica first saw it: its age decides expiry.
+        self._seen: tuple[tuple[str, datetime | None, str | None], float] | None = None
 
     async def _read(self) -> LeaseView | None:
         try:
@@ -163,63 +168,85 @@ class LeaderElector:
                 return None
             raise
 
+    def _unchanged_for(self, view: LeaseView) -> float:
+        now = asyncio.get_running_loop().time()
+        record = (view.holder, view.renewed, view.resource_version)
+        if self._seen is None or self._seen[0] != record:
+            self._seen = (record, now)
+        return now - self._seen[1]
+
+    async def _write(self, view: LeaseView | None, body: dict[str, Any]) -> None:
+        with kube.call_site("leader-election"):
+            if view is None:
+                await self._client.request("POST", self._path, body, answer=False)
+            else:
+                await self._client.request("PUT", f"{self._path}/{self._name}", body, answer=False)
+
     async def try_once(self) -> bool:
         """One round: read the lease and take or renew it if this replica may. True if it leads now."""
         me = self.state.identity
         view = await self._read()
-        now = self._clock()
         if view is not None:
             self.state.holder = view.holder
-            if next_move(view, me, now) is Move.WAIT:
+            if next_move(view, me, self._unchanged_for(view)) is Move.WAIT:
                 self.state.leading = False
                 return False
+        now = self._clock()
         body = lease_body(self._name, self._namespace, me, now, self._timing, view)
         try:
-            with kube.call_site("leader-election"):
-                if view is None:
-                    await self._client.request("POST", self._path, body, answer=False)
-                else:
-                    await self._client.request("PUT", f"{self._path}/{self._name}", body, answer=False)
+            await self._write(view, body)
         except kube.ApiError as exc:
-            if exc.status == 409:  # another replica wrote first
+            if exc.status != 409:
+                raise
+            # Another replica wrote first, or the client retried a write the apiserver had applied already
+            # (a lost answer): only the lease itself can tell.
+            again = await self._read()
+            mine = again is not None and again.holder == me and again.renewed == parse_time(body["spec"]["renewTime"])
+            if not mine:
                 self.state.leading = False
+                self.state.holder = again.holder if again is not None else ""
                 return False
-            raise
         if not self.state.leading:
             log.info("%s leads now (lease %s/%s, held before by %s)", me, self._namespace, self._name,
                      (view.holder if view else "") or "nobody")
         self.state.leading, self.state.holder = True, me
         return True
 
-    async def acquire(self) -> None:
-        """Return once this replica leads."""
+    async def acquire(self) -> float:
+        """Return once this replica leads: the (monotonic) start of the round that took the lease."""
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
                 if await asyncio.wait_for(self.try_once(), self._timing.renew_deadline):
-                    return
+                    return started
             except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
                 log.warning("could not read or take the lease: %s", exc)
             await asyncio.sleep(self._timing.retry_period)
 
-    async def keep(self) -> None:
-        """Renew every retry period; return when the lease is lost (another took it, or no renewal
-        succeeded within the renew deadline)."""
+    async def keep(self, renewed: float) -> None:
+        """Renew every retry period from `renewed` (the monotonic start of the last successful round); return when
+        the lease is lost: another holds it, or no round that started within the renew deadline succeeded. A round
+        counts from its start (the renewTime it writes is stamped then) and may only use what is left of the
+        deadline, so the leader knows it lost before the lease can expire for anyone else."""
         loop = asyncio.get_running_loop()
-        last = loop.time()
         while True:
             await asyncio.sleep(self._timing.retry_period)
+            started = loop.time()
+            left = self._timing.renew_deadline - (started - renewed)
+            if left <= 0:
+                break
             try:
-                if await asyncio.wait_for(self.try_once(), self._timing.renew_deadline):
-                    last = loop.time()
+                if await asyncio.wait_for(self.try_once(), left):
+                    renewed = started
                     continue
                 log.error("lost the lease to %s", self.state.holder)
+                self.state.leading = False
                 return
             except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
                 log.warning("could not renew the lease: %s", exc)
-            if loop.time() - last >= self._timing.renew_deadline:
-                self.state.leading = False
-                log.error("no renewal of the lease for %.0f s: stepping down", self._timing.renew_deadline)
-                return
+        self.state.leading = False
+        log.error("no renewal of the lease for %.0f s: stepping down", self._timing.renew_deadline)
 
     async def release(self) -> None:
         """Give the lease up if this replica still holds it, so a follower takes over at once."""
@@ -229,10 +256,8 @@ class LeaderElector:
         try:
             view = await asyncio.wait_for(self._read(), self._timing.renew_deadline)
             if view is not None and view.holder == self.state.identity:
-                with kube.call_site("leader-election"):
-                    await asyncio.wait_for(self._client.request(
-                        "PUT", f"{self._path}/{self._name}", released_body(view, self._name, self._namespace),
-                        answer=False), self._timing.renew_deadline)
+                await asyncio.wait_for(self._write(view, released_body(view, self._name, self._namespace)),
+                                       self._timing.renew_deadline)
                 log.info("gave the lease up")
         except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
             log.warning("could not give the lease up (a follower takes it once it expires): %s", exc)

@@ -57,6 +57,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Fail early, with the reason, where the operator could not work. Only against a live cluster:
 `lookup` returns nothing offline (helm template, helm lint), where the APIs a cluster serves are unknown. */}}
 {{- define "grpo-operator.checks" -}}
+{{- with .Values.operator.leaderElection }}
+{{- if and .enabled (not (and (lt (int .retryPeriodSeconds) (int .renewDeadlineSeconds)) (lt (int .renewDeadlineSeconds) (int .leaseDurationSeconds)))) }}
+{{- fail "operator.leaderElection: needs retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds (a leader must know it lost the lease before another may take it)" }}
+{{- end }}
+{{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.operator.leaderElection.enabled) }}
 {{- fail "replicaCount: more than one replica needs operator.leaderElection.enabled=true (two operators without a leader would both reconcile every GRPOJob); with leader election off set replicaCount=1" }}
 {{- end }}

@@ -88,7 +88,10 @@ class KubeRayCompat:
         older than v1.5.1). Unknown (an unreadable CRD) is None: the strict create is the check then."""
         if ray_auth != "token" or self._auth_options is not False:
             return None
-        if self._readable and self._clock() - self._auth_options_at >= self.recheck_seconds:
+        if self._clock() - self._auth_options_at >= self.recheck_seconds:
+            if not self._readable:
+                self._auth_options = None  # a remembered refusal expired: the next strict create checks again
+                return None
             try:
                 self._learn_auth_options(await self._read_crd())
             except kube.ApiError as exc:

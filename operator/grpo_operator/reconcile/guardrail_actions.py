@@ -16,12 +16,13 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from grpo_operator import metrics
+from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError
 from grpo_operator.reconcile import gate
 from grpo_operator.reconcile.children import Child
 from grpo_operator.reconcile.common import create_children, parse, write_status
+from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
 from grpo_operator.reconcile.guardrails import (
     Act,
     Record,
@@ -143,7 +144,15 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
         # the same placement as the first RayJob: an existing RWO checkpoint claim puts the head on the actor's node
         plan = await gate.with_existing_checkpoint_claim(namespace, spec, plan)
         body = with_rollback(render_rayjob(spec, plan), rollback)
-        await create_children(job, [Child(body)])
+        try:
+            await create_children(job, [Child(body)])
+        except kuberay.KubeRayUnsupported as exc:
+            # A job from before spec.security existed is a token job now; on a KubeRay without authOptions its
+            # new attempt cannot start. Said on the job; the caller's retry starts it once KubeRay is upgraded.
+            COMPAT.unsupported(exc)
+            kopf.warn(job, reason=UNSUPPORTED_KUBERAY,
+                      message=f"attempt {rollback.attempt} cannot start: {exc.message}")
+            raise
     # else: this attempt's RayJob exists already (created, then the status write below was lost): record it
     started = [*record.rollbacks[:-1], {**pending, "started": True}]
     where = f"checkpoint step {rollback.step}" if rollback.step else "the start"

@@ -21,7 +21,7 @@ import kopf
 from pydantic import ValidationError
 
 from grpo_operator import kuberay, metrics
-from grpo_operator.api import GRPOJobSpec
+from grpo_operator.api import GRPOJobSpec, SecuritySpec
 from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
 from grpo_operator.reconcile import gate, guardrail_actions
 from grpo_operator.reconcile.binding import CLAIMS_CHECKED_IN, STORAGE_CHECKS, check_storage_later
@@ -252,6 +252,11 @@ async def _started_without_preflight(job: dict, plan: Plan) -> None:
                        (initial.ready, valid, disabled_condition()), fields)
 
 
+# Top-level spec fields the CRD gained, with a default, after jobs already existed: the apiserver fills the
+# default into an older job, which is no edit of it (spec.security came with Ray token authentication).
+DEFAULT_DIGESTS = spec_digests({"security": SecuritySpec().model_dump(by_alias=True)})
+
+
 async def apply_edit(job: dict) -> None:
     """Forward a user's suspend/resume to the RayJob once; say so when an edit cannot reach the job.
 
@@ -262,7 +267,7 @@ async def apply_edit(job: dict) -> None:
     meta, status, spec = job["metadata"], job.get("status") or {}, job.get("spec") or {}
     digests = spec_digests(spec)
     before = status.get("specDigests")
-    edited = edited_fields(before, digests) if before is not None else []
+    edited = edited_fields(before, digests, DEFAULT_DIGESTS) if before is not None else []
     suspend = bool((spec.get("scheduling") or {}).get("suspend"))
     record = Record.of(status)
     if "spec.scheduling.suspend" in edited and record.suspended:

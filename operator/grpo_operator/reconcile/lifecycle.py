@@ -57,9 +57,14 @@ def spec_digests(spec: Mapping[str, Any]) -> dict[str, str]:
     return {field: _digest(value) for field, value in sorted(fields.items())}
 
 
-def edited_fields(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
-    """Fields whose digest differs, including ones added or removed."""
-    return sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f))
+def edited_fields(before: Mapping[str, str], after: Mapping[str, str],
+                  defaults: Mapping[str, str] | None = None) -> list[str]:
+    """Fields whose digest differs, including ones added or removed. A field added with its default's digest
+    (`defaults`, from spec_digests of the defaults) is no edit: a newer CRD gave a job that started before it
+    existed its default (spec.security after the upgrade that brought it)."""
+    defaults = defaults or {}
+    return sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f)
+                  and not (f not in before and f in defaults and after.get(f) == defaults[f]))
 
 
 def _digest(value: Any) -> str:

@@ -326,6 +326,15 @@ def test_namespaced_mode_has_a_role_per_namespace_and_reads_only_nodes_cluster_w
                                     "namespace": "grpo-system"}]
 
 
+@pytest.mark.parametrize("timing", [("retryPeriodSeconds=10",), ("renewDeadlineSeconds=15",),
+                                    ("leaseDurationSeconds=5", "renewDeadlineSeconds=5")])
+def test_lease_timings_that_could_overlap_two_leaders_are_refused(timing: tuple[str, ...]) -> None:
+    result = helm("template", "grpo", str(CHART), "--kube-version", KUBE_VERSION,
+                  *_set([f"operator.leaderElection.{t}" for t in timing]))
+    assert result.returncode != 0
+    assert "needs retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds" in result.stderr
+
+
 def test_lease_rights_are_pinned_to_the_release_lease_in_its_namespace() -> None:
     role = next(d for d in render() if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election"))
     assert role["metadata"]["namespace"] == "grpo-system"

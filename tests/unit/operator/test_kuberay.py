@@ -222,10 +222,13 @@ def test_a_strict_refusal_of_auth_options_refuses_token_jobs_only() -> None:
     async def unreadable() -> dict[str, Any]:
         raise AssertionError("a single-namespace operator never reads the CRD")
 
-    compat = KubeRayCompat(30, unreadable, readable=False)
+    now = [0.0]
+    compat = KubeRayCompat(30, unreadable, lambda: now[0], readable=False)
     assert asyncio.run(compat.job_problem("token")) is None  # unknown: the strict create is the check
     compat.unsupported(refusal)
     assert asyncio.run(compat.problem()) is None  # other jobs still run
     assert asyncio.run(compat.job_problem("token")) == kuberay.TOKEN_AUTH_UNSUPPORTED
+    now[0] = 31.0  # the refusal is remembered for recheck_seconds, then the next strict create checks again
+    assert asyncio.run(compat.job_problem("token")) is None
     whole = kuberay.KubeRayUnsupported(kuberay.refusal_of(message.replace("authOptions", "backoffLimit")) or "")
     assert whole.whole_cluster

@@ -21,14 +21,21 @@ def view(holder: str, renewed_ago: float | None = 1.0, transitions: int = 3) -> 
 
 
 def test_the_holder_renews_and_a_valid_lease_of_another_is_waited_for() -> None:
-    assert next_move(view("pod-a"), "pod-a", NOW) is Move.RENEW
-    assert next_move(view("pod-a", renewed_ago=14.9), "pod-b", NOW) is Move.WAIT
+    assert next_move(view("pod-a"), "pod-a", unchanged_for=100.0) is Move.RENEW
+    assert next_move(view("pod-a"), "pod-b", unchanged_for=14.9) is Move.WAIT
 
 
 def test_an_expired_or_given_up_lease_is_taken() -> None:
-    assert next_move(view("pod-a", renewed_ago=15.0), "pod-b", NOW) is Move.TAKE
-    assert next_move(view(""), "pod-b", NOW) is Move.TAKE  # released by a leader that stopped cleanly
-    assert next_move(view("pod-a", renewed_ago=None), "pod-b", NOW) is Move.TAKE
+    assert next_move(view("pod-a"), "pod-b", unchanged_for=15.0) is Move.TAKE
+    assert next_move(view(""), "pod-b", unchanged_for=0.0) is Move.TAKE  # released by a leader that stopped cleanly
+
+
+def test_expiry_is_judged_by_the_followers_own_observation_not_the_holders_clock() -> None:
+    # A renewTime an hour old by this replica's wall clock (a skewed clock on either side) is no reason to take
+    # the lease: only a record this replica has watched stay unchanged for the lease's duration is.
+    stale_looking = view("pod-a", renewed_ago=3600)
+    assert next_move(stale_looking, "pod-b", unchanged_for=1.0) is Move.WAIT
+    assert next_move(stale_looking, "pod-b", unchanged_for=15.0) is Move.TAKE
 
 
 def test_taking_counts_a_transition_and_writes_the_version_it_read() -> None:
@@ -59,7 +66,7 @@ def test_a_released_lease_names_no_holder_and_is_taken_at_once() -> None:
     released = released_body(view("pod-a"), "grpo", "grpo-system")
     assert released["spec"]["holderIdentity"] == ""
     assert released["metadata"]["resourceVersion"] == "41"
-    assert next_move(lease_view(released), "pod-b", NOW) is Move.TAKE
+    assert next_move(lease_view(released), "pod-b", unchanged_for=0.0) is Move.TAKE
 
 
 def test_a_lease_read_from_the_apiserver_is_understood() -> None:
@@ -68,7 +75,7 @@ def test_a_lease_read_from_the_apiserver_is_understood() -> None:
         "leaseTransitions": 2, "acquireTime": "2026-12-05T11:00:00.000000Z"}})
     assert read == LeaseView("pod-a", datetime(2026, 12, 5, 11, 59, 59, tzinfo=UTC), 15.0, 2, "7",
                              datetime(2026, 12, 5, 11, 0, tzinfo=UTC))
-    assert next_move(read, "pod-b", NOW) is Move.WAIT
+    assert next_move(read, "pod-b", unchanged_for=0.0) is Move.WAIT
 
 
 @pytest.mark.parametrize(("lease", "renew", "retry"), [(10, 10, 2), (15, 10, 10), (15, 10, 0)])

@@ -60,3 +60,14 @@ def test_digests_do_not_depend_on_key_order_and_see_added_and_removed_fields() -
     assert a == spec_digests({"verl": {"y": 2, "x": 1}})
     assert edited_fields(a, {**a, "spec.image": "0"}) == ["spec.image"]
     assert edited_fields({**a, "spec.image": "0"}, a) == ["spec.image"]
+
+
+def test_a_field_the_crd_gained_with_its_default_is_no_edit_of_an_older_job() -> None:
+    started = spec_digests({"image": "trainer:1"})  # recorded before the CRD had spec.security
+    defaulted = spec_digests({"image": "trainer:1", "security": {"rayAuth": "token"}})
+    defaults = spec_digests({"security": {"rayAuth": "token"}})
+    assert edited_fields(started, defaulted, defaults) == []
+    # Set to anything but the default, it is an edit like any other.
+    changed = spec_digests({"image": "trainer:1", "security": {"rayAuth": "disabled"}})
+    assert edited_fields(started, changed, defaults) == ["spec.security"]
+    assert edited_fields(defaulted, changed, defaults) == ["spec.security"]
