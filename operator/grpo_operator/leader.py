@@ -31,11 +31,11 @@ LEASE_API = "/apis/coordination.k8s.io/v1"
 
 @dataclass(frozen=True)
 class Timing:
-    """client-go's defaults: the lease outlives the renew deadline, so a leader that lost its lease has
-    stopped before another may take it."""
+    """The lease outlives the renew deadline, so a leader that lost its lease has stopped before another may
+    take it. Twice client-go's 15/10 s (settings.py says why)."""
 
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
+    lease_duration: float = 30.0
+    renew_deadline: float = 20.0
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:

@@ -90,9 +90,10 @@ class OperatorSettings:
     worker_idle_seconds: float = 1.0
     # How often freed heap memory is handed back to the OS (memory.py); 0 turns it off.
     heap_trim_seconds: float = 10.0
-    # Leader election (leader.py, client-go's defaults): a lease not renewed for its duration is taken over.
-    lease_duration_seconds: float = 15.0
-    renew_deadline_seconds: float = 10.0
+    # Leader election (leader.py): a lease not renewed for its duration is taken over. Twice client-go's 15/10 s:
+    # one Python thread renews the lease and runs kopf, and a CPU-starved pod must not lose it (chart values.yaml).
+    lease_duration_seconds: float = 30.0
+    renew_deadline_seconds: float = 20.0
     retry_period_seconds: float = 2.0
     # Whom each job's NetworkPolicy admits; None: no policy (the chart's networkPolicy.enabled=false).
     network_policy: NetworkPeers | None = field(default_factory=NetworkPeers)

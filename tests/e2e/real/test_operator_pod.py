@@ -30,7 +30,7 @@ pytestmark = pytest.mark.e2e
 EXAMPLE = "colocated-length"
 EXAMPLE_JOB = "qwen2-7b-length"
 BURST = 12
-LEASE_DURATION_SECONDS = 15  # the chart's default
+LEASE_DURATION_SECONDS = 30  # the chart's default
 
 
 def release_pods(cluster: LocalCluster, release: Release) -> list[dict]:

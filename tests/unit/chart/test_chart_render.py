@@ -326,7 +326,7 @@ def test_namespaced_mode_has_a_role_per_namespace_and_reads_only_nodes_cluster_w
                                     "namespace": "grpo-system"}]
 
 
-@pytest.mark.parametrize("timing", [("retryPeriodSeconds=10",), ("renewDeadlineSeconds=15",),
+@pytest.mark.parametrize("timing", [("retryPeriodSeconds=20",), ("renewDeadlineSeconds=30",),
                                     ("leaseDurationSeconds=5", "renewDeadlineSeconds=5")])
 def test_lease_timings_that_could_overlap_two_leaders_are_refused(timing: tuple[str, ...]) -> None:
     result = helm("template", "grpo", str(CHART), "--kube-version", KUBE_VERSION,
