@@ -71,11 +71,11 @@ def crd_mismatch(crd: Mapping[str, Any] | None, own_version: str) -> str | None:
             "(Helm never upgrades CRDs).")
 
 
-async def read_grpojob_crd() -> dict[str, Any] | None:
+async def read_grpojob_crd(client: kube.Client | None = None) -> dict[str, Any] | None:
     """The installed GRPOJob CRD, None when there is none; a refusal (403 in single-namespace mode) raises
-    kube.ApiError."""
+    kube.ApiError. `client`: another than the handlers' (the start-up checks run before kopf)."""
     with kube.call_site("crd-version"):
-        return await kube.get_crd(CRD_NAME)
+        return await kube.get_crd(CRD_NAME, client)
 
 
 CrdReader = Callable[[], Awaitable[Mapping[str, Any] | None]]

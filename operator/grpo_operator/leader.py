@@ -26,17 +26,17 @@ from grpo_operator.runtime import kube
 
 log = logging.getLogger("grpo_operator.leader")
 
-LEASE_API = "/apis/coordination.k8s.io/v1"
+LEASES = kube.RESOURCES["Lease"]
 
 
 @dataclass(frozen=True)
 class Timing:
     """The lease outlives the renew deadline, so a leader that lost its lease has stopped before another may
-    take it. Twice client-go's 15/10 s (settings.py says why)."""
+    take it. The defaults are OperatorSettings' (twice client-go's 15/10 s; settings.py says why)."""
 
-    lease_duration: float = 30.0
-    renew_deadline: float = 20.0
-    retry_period: float = 2.0
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
@@ -150,7 +150,6 @@ class LeaderElector:
     def __init__(self, client: kube.Client, namespace: str, name: str, identity: str, timing: Timing,
                  clock: Any = None) -> None:
         self._client = client
-        self._path = f"{LEASE_API}/namespaces/{namespace}/leases"
         self._namespace = namespace
         self._name = name
         self._timing = timing
@@ -160,13 +159,9 @@ class LeaderElector:
         self._seen: tuple[tuple[str, datetime | None, str | None], float] | None = None
 
     async def _read(self) -> LeaseView | None:
-        try:
-            with kube.call_site("leader-election"):
-                return lease_view(await self._client.request("GET", f"{self._path}/{self._name}"))
-        except kube.ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        with kube.call_site("leader-election"):
+            lease = await kube.get("Lease", self._namespace, self._name, self._client)
+        return None if lease is None else lease_view(lease)
 
     def _unchanged_for(self, view: LeaseView) -> float:
         now = asyncio.get_running_loop().time()
@@ -178,9 +173,9 @@ class LeaderElector:
     async def _write(self, view: LeaseView | None, body: dict[str, Any]) -> None:
         with kube.call_site("leader-election"):
             if view is None:
-                await self._client.request("POST", self._path, body, answer=False)
+                await self._client.request("POST", LEASES.path(self._namespace), body, answer=False)
             else:
-                await self._client.request("PUT", f"{self._path}/{self._name}", body, answer=False)
+                await self._client.request("PUT", LEASES.path(self._namespace, self._name), body, answer=False)
 
     async def try_once(self) -> bool:
         """One round: read the lease and take or renew it if this replica may. True if it leads now."""

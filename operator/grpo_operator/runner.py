@@ -52,8 +52,7 @@ def identity(env: Mapping[str, str]) -> str:
 
 def _client(kopf_settings: kopf.OperatorSettings) -> kube.Client:
     async def login() -> kopf.ConnectionInfo | None:
-        return (kopf.login_with_service_account(settings=kopf_settings)
-                or kopf.login_with_kubeconfig(settings=kopf_settings))
+        return kube.credentials(kopf_settings)
 
     return kube.Client(login, max_connections=2)
 

@@ -80,7 +80,10 @@ class KubeRayCompat:
         return missing
 
     def _learn_auth_options(self, crd: dict[str, Any] | None) -> None:
-        self._auth_options = crd is not None and kuberay.serves_auth_options(crd)
+        self._know_auth_options(crd is not None and kuberay.serves_auth_options(crd))
+
+    def _know_auth_options(self, served: bool) -> None:
+        self._auth_options = served
         self._auth_options_at = self._clock()
 
     async def job_problem(self, ray_auth: str) -> str | None:
@@ -100,8 +103,7 @@ class KubeRayCompat:
 
     def refused_token_auth(self) -> None:
         """A strict create said the CRD lacks AUTH_OPTIONS: later token jobs are refused without trying."""
-        self._auth_options = False
-        self._auth_options_at = self._clock()
+        self._know_auth_options(False)
 
     def unsupported(self, refusal: kuberay.KubeRayUnsupported) -> None:
         """Remember what a strict create's refusal says: of the whole KubeRay, or of token jobs only."""

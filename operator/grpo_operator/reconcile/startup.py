@@ -29,11 +29,6 @@ WATCH_SELECTORS: dict[tuple[str, str], str] = {
 _background: list[asyncio.Task] = []
 
 
-def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
-    """In a pod its service account, else the kubeconfig: kopf's own readers, no client library."""
-    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
-
-
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # kopf would deep-copy every event's body twice for a diff nothing here reads (diffbase.py).
@@ -58,7 +53,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.chunk_size = 200
 
     async def login() -> kopf.ConnectionInfo | None:
-        return credentials(settings)
+        return kube.credentials(settings)
 
     kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
     await _check_kuberay()
@@ -98,7 +93,7 @@ async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSessio
     TLS connection, each holding asyncio's 256 KiB SSL buffer (484 connections, 60 MB, for 300
     jobs). Requests beyond the bound wait for a free connection instead.
     """
-    info = credentials(settings)
+    info = kube.credentials(settings)
     if info is None:
         return None
     return kopf.AiohttpSession(

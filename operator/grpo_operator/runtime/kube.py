@@ -115,6 +115,7 @@ RESOURCES: dict[str, Resource] = {
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Job": Resource("batch", "v1", "jobs"),
     "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies"),
+    "Lease": Resource("coordination.k8s.io", "v1", "leases"),
     "RayJob": Resource(RAY_GROUP, RAY_VERSION, "rayjobs"),
     "GRPOJob": Resource(GROUP, VERSION, PLURAL),
 }
@@ -288,6 +289,11 @@ class Client:
             await asyncio.sleep(delay)
 
 
+def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
+    """In a pod its service account, else the kubeconfig: kopf's own readers, no client library."""
+    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+
+
 _client: Client | None = None
 
 
@@ -319,9 +325,10 @@ async def create_if_absent(body: dict) -> bool:
     return True
 
 
-async def get(kind: str, namespace: str, name: str) -> dict | None:
+async def get(kind: str, namespace: str, name: str, client: Client | None = None) -> dict | None:
+    """The object, None when there is none; `client`: another than the handlers' (the leader election's)."""
     try:
-        return await api().request("GET", RESOURCES[kind].path(namespace, name))
+        return await (client or api()).request("GET", RESOURCES[kind].path(namespace, name))
     except ApiError as exc:
         if exc.status == 404:
             return None
@@ -332,10 +339,10 @@ async def exists(kind: str, namespace: str, name: str) -> bool:
     return await get(kind, namespace, name) is not None
 
 
-async def get_crd(name: str) -> dict | None:
+async def get_crd(name: str, client: Client | None = None) -> dict | None:
     """A CustomResourceDefinition (cluster-scoped), None when it is not installed."""
     try:
-        return await api().request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return await (client or api()).request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
     except ApiError as exc:
         if exc.status == 404:
             return None
