@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 from grpo_devcluster.cluster import LocalCluster, Ports
-from grpo_devcluster.kwok_config import NodePool
+from grpo_devcluster.kwok_config import KEEP_RUNNING_ANNOTATION, NodePool
 from grpo_devcluster.operator_runner import OperatorProcess, install_crd
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
@@ -84,6 +84,9 @@ def job_manifest(name: str, gpus: int, suspend: bool = False, preflight: bool = 
     body["metadata"] = {"name": name}
     body["spec"]["placement"]["roles"]["actor"]["gpus"] = gpus
     body["spec"]["preflight"] = {"enabled": preflight}
+    # Training runs on (as a GRPO run does for hours): the count covers each job's creation up to Running at
+    # every N, not simulated ends and KubeRay's retries of them (kwok_config.KEEP_RUNNING_ANNOTATION).
+    body["spec"]["podMetadata"] = {"annotations": {KEEP_RUNNING_ANNOTATION: "true"}}
     if suspend:
         body["spec"]["scheduling"] = {**body["spec"].get("scheduling", {}), "suspend": True}
     return body
@@ -123,6 +126,11 @@ def by_verb(requests: dict[tuple[str, str, str], int]) -> dict[str, int]:
     for (_, verb, _), count in requests.items():
         verbs[verb] = verbs.get(verb, 0) + count
     return verbs
+
+
+def describe_counts(counts: dict[str, int], per: int) -> str:
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{key} {count / per:.2f}" if per > 1 else f"{key} {count}" for key, count in ranked) or "none"
 
 
 def per_call_site(requests: dict[tuple[str, str, str], int], jobs: int) -> list[str]:
@@ -237,6 +245,12 @@ class BurstResult:
     wall: float
     created_over: float  # first to last GRPOJob ADDED: how fast the apiserver took the burst in
     samples: dict[str, dict[str, float]]  # job -> stage -> monotonic time (CLOCK_MONOTONIC, system-wide)
+    # How far the jobs went (each phase is a status write) and the operator's Events on them: what the requests
+    # per job bought, since a longer burst carries jobs further through their lives.
+    phases: dict[str, int] = field(default_factory=dict)
+    event_reasons: dict[str, int] = field(default_factory=dict)
+    # The operator's RSS each second of the burst (monotonic time, bytes): where the peak falls.
+    rss_timeline: list[tuple[float, int]] = field(default_factory=list)
 
 
 def create_all(namespace: str, bodies: list[dict], workers: int = 16) -> None:
@@ -278,6 +292,9 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
     audit_offset = audit_log.stat().st_size
     cpu_before, load = cpu_seconds(pid), os.getloadavg()
     started = time.monotonic()
+    timeline: list[tuple[float, int]] = []
+    sampler = threading.Thread(target=sample_rss, args=(pid, timeline, stop), daemon=True)
+    sampler.start()
     create_all(namespace, [job_manifest(n, gpus, preflight=preflight) for n in names])
 
     def done() -> bool:
@@ -306,8 +323,48 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
                        if n in table} for n in names}
         for n in complete:
             samples[n]["bound"] = max(seen.pod_bound[n].values())
+    sampler.join()
     return BurstResult(jobs, ours, kuberay, bound, missing, cpu, vm_hwm_bytes(pid), requests, load, wall,
-                       created_over, samples)
+                       created_over, samples, *phases_and_event_reasons(namespace), rss_timeline=timeline)
+
+
+def sample_rss(pid: int, timeline: list[tuple[float, int]], stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        timeline.append((time.monotonic(), rss_bytes(pid)))
+
+
+def rss_milestones(result: BurstResult) -> str:
+    """When the RSS peaked, against when the last RayJob and the last pod came (seconds after the first create)."""
+    if not result.rss_timeline:
+        return "no RSS samples"
+    at, peak = max(result.rss_timeline, key=lambda sample: sample[1])
+    origin = min((t["grpojob"] for t in result.samples.values() if "grpojob" in t), default=at)
+
+    def last(stage: str) -> float:
+        times = [t[stage] for t in result.samples.values() if stage in t]
+        return max(times) - origin if times else float("nan")
+
+    return (f"RSS sampled each second peaked at {peak / 2**20:.0f} MiB {at - origin:.0f}s after the first GRPOJob; "
+            f"last RayJob at "
+            f"{last('rayjob'):.0f}s, last pod bound at {last('bound'):.0f}s; RSS at the end "
+            f"{result.rss_timeline[-1][1] / 2**20:.0f} MiB")
+
+
+def phases_and_event_reasons(namespace: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(GRPOJobs per phase now, the Events on GRPOJobs per reason) in the burst's namespace."""
+    custom, core = client.CustomObjectsApi(API), client.CoreV1Api(API)
+    items = custom.list_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs")["items"]
+    phases = tally((i.get("status") or {}).get("phase") or "-" for i in items)
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.kind=GRPOJob").items
+    reasons = tally(e.reason or "-" for e in events for _ in range(e.count or 1))
+    return phases, reasons
+
+
+def tally(keys: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -> tuple[int, int]:
@@ -362,6 +419,9 @@ def report(result: BurstResult) -> str:
         f"  operator: CPU {result.cpu_seconds:.1f}s ({result.cpu_seconds / result.jobs * 1000:.0f} ms/job), "
         f"peak RSS {result.peak_rss / 2**20:.0f} MiB, API requests/job {total / result.jobs:.1f} ({verbs})",
         f"  not reached: {result.missing}",
+        f"  {rss_milestones(result)}",
+        f"  GRPOJob phases at the end: {describe_counts(result.phases, 1)}",
+        f"  operator Events per job by reason: {describe_counts(result.event_reasons, result.jobs)}",
         "  API requests per job by call site (who, verb, resource):",
         *per_call_site(result.requests, result.jobs),
     ])

@@ -80,6 +80,11 @@ startTime: {{ $now | Quote }}
 # submitter pod carries the GRPOJob's podMetadata too, but is never failed by it: the annotation is
 # meant for the converter, and a failed submitter would end the RayJob before there is one.
 FAIL_POD_ANNOTATION = "devcluster.grpo.dev/fail"
+# A Job pod with this annotation never finishes (the preflight's still does): KubeRay's submitter follows its
+# Ray job until it ends, and a GRPO run lasts hours, so a RayJob of such a job stays Running. The operator
+# benchmark's jobs carry it (in spec.podMetadata): without it, KWOK ended every submitter at once and an
+# overloaded KubeRay, polling the dashboard late, failed and retried the RayJob after its 30 s grace.
+KEEP_RUNNING_ANNOTATION = "devcluster.grpo.dev/keep-running"
 _COMPONENT = '.metadata.labels["app.kubernetes.io/component"]'
 SUBMITTER_COMPONENT = "submitter"
 _FAIL_MESSAGE = '{{ index $.metadata.annotations "' + FAIL_POD_ANNOTATION + '" | Quote }}'
@@ -238,6 +243,7 @@ def stages(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> list[dict]:
     preflight = _in(component, PREFLIGHT_COMPONENT[1])
     not_preflight = {"key": component, "operator": "NotIn", "values": [PREFLIGHT_COMPONENT[1]]}
     verdict = _VERDICT_QUERY
+    runs_to_its_end = _exists(f'.metadata.annotations["{KEEP_RUNNING_ANNOTATION}"]', False)
     return [
         _stage("node-initialize", "Node", [{"key": ready, "operator": "NotIn", "values": ["True"]}],
                {"statusTemplate": _NODE_INITIALIZE}),
@@ -253,11 +259,12 @@ def stages(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> list[dict]:
                {"statusTemplate": _POD_FAILED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-complete", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job, not_preflight,
-                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', False)],
+                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', False), runs_to_its_end],
                {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
         _stage("pod-complete-submitter", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job,
-                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True), _in(_COMPONENT, SUBMITTER_COMPONENT)],
+                _exists(f'.metadata.annotations["{FAIL_POD_ANNOTATION}"]', True), _in(_COMPONENT, SUBMITTER_COMPONENT),
+                runs_to_its_end],
                {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
         _stage("preflight-fail", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, True)],

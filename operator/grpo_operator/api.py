@@ -1341,12 +1341,17 @@ class GRPOJobStatus(StatusModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     ray_job_name: str | None = Field(default=None, description="The RayJob running the training.")
-    ray_cluster_name: str | None = Field(default=None, description="The RayCluster the RayJob created.")
+    ray_cluster_name: str | None = Field(
+        default=None,
+        description="The RayCluster the RayJob created; recorded once the job leaves Pending "
+        "(meanwhile Ready's message names the label to find it by).",
+    )
     config_map_name: str | None = Field(default=None, description="The ConfigMap holding verl.yaml.")
     checkpoint_claim_name: str | None = Field(default=None, description="The PVC holding checkpoints.")
     export_job_name: str | None = Field(default=None, description="The converter Job.")
     preflight: PreflightStatus | None = Field(default=None, description="The preflight of the current spec.")
-    start_time: datetime | None = Field(default=None, description="When training started.")
+    start_time: datetime | None = Field(
+        default=None, description="When KubeRay started the RayJob (recorded with rayClusterName).")
     completion_time: datetime | None = Field(default=None, description="When the job succeeded or failed.")
     restarts: int = Field(default=0, description="Retries of the RayJob so far.")
     checkpoint: CheckpointStatus | None = Field(default=None, description="The latest checkpoint.")

@@ -9,6 +9,7 @@ import yaml
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.kwok_config import FAIL_POD_ANNOTATION, POOL_LABEL
 from grpo_devcluster.operator_runner import OperatorProcess, claim_manifest
+from grpo_operator.reconcile.status import RAY_ORIGIN_LABEL
 
 from .example_runs import COLOCATED, REFERENCE, ExampleRuns
 from .grpojobs import apply_job, condition, example, phase, set_ray_outcome, wait_phase
@@ -201,6 +202,12 @@ def test_deleting_a_grpojob_removes_children_but_keeps_checkpoints(cluster: Loca
     apply_job(cluster, team_ns, example("colocated-length"))
     wait_phase(cluster, team_ns, COLOCATED, "Running")
     wait_for("RayCluster", lambda: items(cluster, "rayclusters", "-n", team_ns))
+    # The selector Ready's message gave while the job was Pending finds the RayCluster, and the status names it
+    # now that the job runs (recorded with the Running write, not in one of its own).
+    job = get(cluster, "grpojob", COLOCATED, "-n", team_ns)
+    found = items(cluster, "rayclusters", "-n", team_ns, "-l", f"{RAY_ORIGIN_LABEL}={COLOCATED}")
+    assert [c["metadata"]["name"] for c in found] == [job["status"]["rayClusterName"]]
+    assert job["status"]["startTime"]
     # The preflight Job (kept for its log) is among the children that go with the GRPOJob.
     assert f"{COLOCATED}-preflight" in _children(cluster, team_ns, COLOCATED)["jobs"]
     cluster.kubectl("delete", "grpojob", COLOCATED, "-n", team_ns)

@@ -28,7 +28,7 @@ from grpo_operator.reconcile.children import AFTER_PREFLIGHT, Child, training_ch
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, create_children, parse, refuse, write_status
 from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
 from grpo_operator.reconcile.lifecycle import spec_digests
-from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
+from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
 from grpo_operator.render import render_checkpoint_pvc, render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import kube
@@ -164,7 +164,7 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
     if created:
         kopf.event(job, type="Normal", reason="Created",
                    message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
-    initial = observe_rayjob(plan.names.rayjob, {}, plan.exports, plan.rehearsal)
+    initial = observe_new_rayjob(plan.names.rayjob, plan.names.namespace, plan.exports, plan.rehearsal)
     if not status.get("rayJobName"):
         await write_status(namespace, name, status, status.get("observedGeneration"),
                            initial.phase, (initial.ready,), dict(initial.fields))

@@ -42,7 +42,7 @@ from grpo_operator.reconcile.mirror import sync_status
 from grpo_operator.reconcile.preflight import disabled_condition
 from grpo_operator.reconcile.preflight import outcome as preflight_outcome
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
-from grpo_operator.reconcile.status import ConditionUpdate, observe_rayjob
+from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
 from grpo_operator.render.preflight_job import rendered_digest
@@ -240,7 +240,7 @@ async def _started_without_preflight(job: dict, plan: Plan) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
     # events find nothing to change (rayjob_event skips a status-less RayJob).
-    initial = observe_rayjob(plan.names.rayjob, {}, plan.exports, plan.rehearsal)
+    initial = observe_new_rayjob(plan.names.rayjob, plan.names.namespace, plan.exports, plan.rehearsal)
     fields = {
         **initial.fields,
         "configMapName": plan.names.configmap,

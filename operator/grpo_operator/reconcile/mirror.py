@@ -22,6 +22,7 @@ from grpo_operator.reconcile.status import (
     Observation,
     observe_export,
     observe_rayjob,
+    rayjob_inputs,
     rehearsal_condition,
     restart_condition,
 )
@@ -39,8 +40,40 @@ async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kop
     rayjob = None if event.get("type") == "DELETED" else dict(body)
     if rayjob is not None and not rayjob.get("status"):
         return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
-    async with JOB_LOCKS.hold((namespace, labels[JOB_LABEL])), kube.call_site("mirror-rayjob"):
+    key = (namespace, labels[JOB_LABEL])
+    inputs = rayjob_inputs(rayjob)
+    if _MIRRORED.unchanged(key, inputs):
+        return
+    async with JOB_LOCKS.hold(key), kube.call_site("mirror-rayjob"):
+        revision = kube.JOBS.revision(*key)  # the version sync_status reads: the lock keeps our writes out
         await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
+        _MIRRORED.record(key, inputs, revision)
+
+
+class _MirroredInputs:
+    """What each job's last completed mirroring acted on: the RayJob's inputs and the GRPOJob's version.
+
+    An event that changes neither (most of KubeRay's status rewrites while a cluster starts) would reach the
+    same decision again; it is skipped before the lock and the job's read. A later version of the GRPOJob (our
+    own write too) makes the next event mirror in full once."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._seen: dict[tuple[str, str], tuple[tuple, int]] = {}
+
+    def unchanged(self, key: tuple[str, str], inputs: tuple) -> bool:
+        seen = self._seen.get(key)
+        return seen is not None and seen == (inputs, kube.JOBS.revision(*key))
+
+    def record(self, key: tuple[str, str], inputs: tuple, revision: int | None) -> None:
+        if revision is None:
+            return  # a version this process has not kept: nothing to compare the next event with
+        if len(self._seen) >= self._limit and key not in self._seen:
+            self._seen.pop(next(iter(self._seen)))  # oldest first
+        self._seen[key] = (inputs, revision)
+
+
+_MIRRORED = _MirroredInputs()
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})
@@ -98,6 +131,7 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         and all(status.get(k) == v for k, v in fields.items())
     ):
         return
+    fields = {**observation.passive_fields, **fields}
     await write_status(
         namespace,
         name,

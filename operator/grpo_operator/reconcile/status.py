@@ -13,6 +13,8 @@ from typing import Any
 # KubeRay's RayJob.status.jobDeploymentStatus values (ray.io/v1, KubeRay v1.5).
 _PENDING = {"", "New", "Initializing", "Waiting"}
 _SUSPENDED = {"Suspending", "Suspended"}
+# KubeRay labels the RayCluster a RayJob made with the RayJob's name (utils.RayOriginatedFromCRNameLabelKey).
+RAY_ORIGIN_LABEL = "ray.io/originated-from-cr-name"
 # KubeRay's submitter container (render/submitter.py); its log is the driver's output.
 SUBMITTER_CONTAINER = "ray-job-submitter"
 
@@ -33,6 +35,8 @@ class Observation:
     ready: ConditionUpdate
     extra_conditions: tuple[ConditionUpdate, ...] = ()
     fields: dict[str, Any] = field(default_factory=dict)
+    # Written with the next write but no reason for one on their own (what KubeRay's Initializing adds).
+    passive_fields: dict[str, Any] = field(default_factory=dict)
     wants_export: bool = False
     finished: bool = False
     # Training completed: the RayCluster, kept after a failure for its logs, may go at once.
@@ -73,6 +77,29 @@ def logs_of(name: str, namespace: str) -> dict[str, str]:
     }
 
 
+def rayjob_inputs(rayjob: dict | None) -> tuple:
+    """All of a RayJob that `observe_rayjob` reads: two RayJobs with equal inputs give the same observation.
+
+    KubeRay rewrites a RayJob's status some fifteen times while its cluster starts (each pod's state is copied
+    into `rayClusterStatus`); mirroring skips the events that change none of this (mirror.py)."""
+    if rayjob is None:
+        return ()
+    status = rayjob.get("status") or {}
+    return (
+        (rayjob.get("metadata") or {}).get("namespace"),
+        (rayjob.get("metadata") or {}).get("uid"),
+        bool((rayjob.get("spec") or {}).get("ttlSecondsAfterFinished")),
+        *(status.get(k) for k in ("jobDeploymentStatus", "rayClusterName", "startTime", "endTime", "failed",
+                                  "reason", "message")),
+    )
+
+
+def observe_new_rayjob(name: str, namespace: str, export_enabled: bool, rehearsal: bool = False) -> Observation:
+    """What mirroring makes of a RayJob KubeRay has not touched yet: written at creation, so the RayJob's first
+    status (Initializing) finds nothing to change."""
+    return observe_rayjob(name, {"metadata": {"namespace": namespace}}, export_enabled, rehearsal)
+
+
 def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehearsal: bool = False) -> Observation:
     """Phase and Ready condition from a RayJob; `wants_export` once it completed and export is on.
 
@@ -94,15 +121,20 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehears
     if status.get("startTime"):
         fields["startTime"] = status["startTime"]
     if deployment in _PENDING:
-        # The RayCluster's name, not its state: each state KubeRay passes through on the way to Running would be
-        # one more status write (and watch event) per job, for a word the RayCluster itself shows.
-        detail = f" {status['rayClusterName']}" if status.get("rayClusterName") else ""
+        # One status for the whole start: the RayCluster's name and the start time KubeRay adds at Initializing
+        # are written with the next change (Running, a failure), not in a write (and watch event) of their own
+        # per job; the message says how to find the cluster meanwhile, and it is the same from creation on.
+        passive = {k: fields.pop(k) for k in ("rayClusterName", "startTime") if k in fields}
+        where = f" -n {namespace}" if namespace else ""
         return Observation(
             "Pending",
             ConditionUpdate(
-                "Ready", "False", "RayJobInitializing", f"RayJob {name} is starting its Ray cluster{detail}"
+                "Ready", "False", "RayJobInitializing",
+                f"RayJob {name} is starting its Ray cluster (kubectl get rayclusters{where} "
+                f"-l {RAY_ORIGIN_LABEL}={name})",
             ),
             fields=fields,
+            passive_fields=passive,
         )
     if deployment in _SUSPENDED:
         return Observation(

@@ -44,6 +44,11 @@ class JobCache:
         slim = {**job, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         self._jobs[key] = (revision, uid, json.dumps(slim, separators=(",", ":")))
 
+    def revision(self, namespace: str, name: str) -> int | None:
+        """The resourceVersion of the version kept (None: none kept, or one without a number)."""
+        kept = self._jobs.get((namespace, name))
+        return None if kept is None else kept[0]
+
     def forget(self, namespace: str, name: str) -> None:
         self._jobs.pop((namespace, name), None)
 

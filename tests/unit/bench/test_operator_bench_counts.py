@@ -42,3 +42,21 @@ def test_requests_are_attributed_to_call_sites_and_others_are_left_out() -> None
     assert bench.by_verb(counts) == {"get": 2, "patch": 1, "watch": 1}
     table = bench.per_call_site(counts, jobs=2)
     assert table[0].split() == ["mirror-rayjob", "get", "grpojobs", "1.00"]
+
+
+def test_the_rss_peak_is_placed_against_the_last_rayjob_and_the_last_pod() -> None:
+    bench = _bench()
+    samples = {"job-0": {"grpojob": 100.0, "rayjob": 103.0, "bound": 130.0},
+               "job-1": {"grpojob": 101.0, "rayjob": 110.0}}
+    result = bench.BurstResult(2, [3.0, 9.0], [], [30.0], {}, 1.0, 0, {}, (0.0, 0.0, 0.0), 40.0, 1.0, samples,
+                               rss_timeline=[(105.0, 90 << 20), (111.0, 150 << 20), (135.0, 120 << 20)])
+    assert bench.rss_milestones(result) == (
+        "RSS sampled each second peaked at 150 MiB 11s after the first GRPOJob; last RayJob at 10s, "
+        "last pod bound at 30s; RSS at the end 120 MiB")
+
+
+def test_phases_and_event_reasons_are_counted_per_job() -> None:
+    bench = _bench()
+    assert bench.describe_counts({"Created": 200, "ClaimNotBound": 26}, 200) == "Created 1.00, ClaimNotBound 0.13"
+    assert bench.describe_counts({"Pending": 3, "Running": 7}, 1) == "Running 7, Pending 3"
+    assert bench.describe_counts({}, 1) == "none"

@@ -48,6 +48,15 @@ def test_job_pods_complete_only_without_the_fail_annotation() -> None:
     assert {"key": component, "operator": "In", "values": ["submitter"]} in submitter
 
 
+def test_job_pods_with_the_keep_running_annotation_never_complete_but_preflight_pods_do() -> None:
+    by_name = {s["metadata"]["name"]: s for s in kwok_config.stages()}
+    absent = {"key": f'.metadata.annotations["{kwok_config.KEEP_RUNNING_ANNOTATION}"]', "operator": "DoesNotExist"}
+    for stage in ("pod-complete", "pod-complete-submitter"):
+        assert absent in by_name[stage]["spec"]["selector"]["matchExpressions"]
+    for stage in ("preflight-pass", "preflight-fail", "pod-ready"):
+        assert absent not in by_name[stage]["spec"]["selector"]["matchExpressions"]
+
+
 def test_preflight_pods_end_with_a_verdict_and_other_job_pods_never_do() -> None:
     import json
 

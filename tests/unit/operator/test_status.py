@@ -6,7 +6,9 @@ from grpo_operator.reconcile.status import (
     ConditionUpdate,
     merge_conditions,
     observe_export,
+    observe_new_rayjob,
     observe_rayjob,
+    rayjob_inputs,
     rehearsal_condition,
     restart_condition,
 )
@@ -21,7 +23,8 @@ def test_missing_and_initializing_rayjob_is_pending() -> None:
     pending = observe_rayjob("j", _rayjob("Initializing", rayClusterName="j-abc",
                                           rayClusterStatus={"state": ""}), export_enabled=False)
     assert (pending.phase, pending.ready.reason) == ("Pending", "RayJobInitializing")
-    assert "j-abc" in pending.ready.message
+    assert pending.passive_fields["rayClusterName"] == "j-abc"
+    assert "-l ray.io/originated-from-cr-name=j" in pending.ready.message
 
 
 def test_the_ray_clusters_states_on_the_way_to_running_change_nothing_the_status_shows() -> None:
@@ -29,6 +32,21 @@ def test_the_ray_clusters_states_on_the_way_to_running_change_nothing_the_status
     seen = [observe_rayjob("j", _rayjob("Initializing", rayClusterName="j-abc", rayClusterStatus={"state": state}),
                            export_enabled=False) for state in ("", "ready")]
     assert seen[0] == seen[1]
+
+
+def test_kuberay_initializing_a_new_rayjob_asks_for_no_status_write_of_its_own() -> None:
+    """The status written at creation is what Initializing gives but for the passive fields (the cluster's name
+    and start time wait for the next write): one request per job less (bench/operator, issue 34)."""
+    new = observe_new_rayjob("j", "team", export_enabled=True)
+    initializing = observe_rayjob(
+        "j", {"metadata": {"namespace": "team"},
+              **_rayjob("Initializing", rayClusterName="j-abc", startTime="2026-12-05T00:00:00Z")},
+        export_enabled=True,
+    )
+    assert (new.phase, new.ready, new.fields) == (initializing.phase, initializing.ready, initializing.fields)
+    assert "-n team" in new.ready.message
+    assert initializing.passive_fields == {"rayClusterName": "j-abc", "startTime": "2026-12-05T00:00:00Z"}
+    assert new.passive_fields == {}
 
 
 def test_running_rayjob_is_running_and_ready() -> None:
@@ -183,3 +201,48 @@ def test_restart_condition_does_not_guess_the_checkpoint() -> None:
     known = restart_condition(2, 2, {"step": 100, "path": "/checkpoints/global_step_100"})
     assert known.message.startswith("attempt 3 of 3 after a failure; resumes from checkpoint step 100")
     assert "starts from step 0" in restart_condition(1, 2, None, resume="disable").message
+
+
+class _Recording(dict):
+    """A dict that notes every key read from it (and from the dicts inside it)."""
+
+    def __init__(self, data: dict, read: set[str], prefix: str = "") -> None:
+        super().__init__({k: _Recording(v, read, f"{prefix}{k}.") if isinstance(v, dict) else v
+                          for k, v in data.items()})
+        self._read, self._prefix = read, prefix
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self._read.add(self._prefix + key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):  # type: ignore[override]
+        self._read.add(self._prefix + key)
+        return super().__getitem__(key)
+
+
+def test_observe_rayjob_reads_nothing_of_a_rayjob_beyond_its_inputs() -> None:
+    """Mirroring skips a RayJob event whose `rayjob_inputs` did not change: that holds only while the inputs are
+    everything the observation reads."""
+    for deployment in ("Initializing", "Running", "Retrying", "Suspended", "Complete", "Failed", "ValidationFailed",
+                       "Odd"):
+        read: set[str] = set()
+        rayjob = {"metadata": {"namespace": "team", "uid": "u1", "name": "j"},
+                  "spec": {"ttlSecondsAfterFinished": 0},
+                  "status": {"jobDeploymentStatus": deployment, "rayClusterName": "j-abc", "failed": 1,
+                             "rayClusterStatus": {"state": "ready"}, "jobStatus": "RUNNING"}}
+        for export in (True, False):
+            observe_rayjob("j", _Recording(rayjob, read), export_enabled=export)
+        inputs: set[str] = set()
+        rayjob_inputs(_Recording(rayjob, inputs))
+        assert read <= inputs, f"{deployment}: observe_rayjob read {sorted(read - inputs)}; add them to rayjob_inputs"
+
+
+def test_kuberays_cluster_status_rewrites_leave_the_rayjob_inputs_unchanged() -> None:
+    base = {"metadata": {"namespace": "team", "uid": "u1"},
+            "status": {"jobDeploymentStatus": "Initializing", "rayClusterName": "j-abc",
+                       "rayClusterStatus": {"readyWorkerReplicas": 0}}}
+    later = {**base, "status": {**base["status"], "rayClusterStatus": {"readyWorkerReplicas": 2}}}
+    running = {**base, "status": {**base["status"], "jobDeploymentStatus": "Running"}}
+    assert rayjob_inputs(base) == rayjob_inputs(later)
+    assert rayjob_inputs(base) != rayjob_inputs(running)
+    assert rayjob_inputs(None) != rayjob_inputs(base)
