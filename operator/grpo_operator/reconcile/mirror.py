@@ -3,6 +3,8 @@ when training completed. Mapping the children to a phase and conditions is pure 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,29 +27,62 @@ from grpo_operator.reconcile.status import (
     rayjob_inputs,
     rehearsal_condition,
     restart_condition,
+    slim_rayjob,
 )
 from grpo_operator.render import render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.runtime import kube
 from grpo_operator.runtime.per_generation import PerGeneration
 
+log = logging.getLogger("grpo_operator")
 _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
 
 @kopf.on.event("ray.io", "v1", "rayjobs", labels=_CHILD_SELECTOR)
 async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
     # The event carries the RayJob: no need to read it again (one GET less per KubeRay update).
-    rayjob = None if event.get("type") == "DELETED" else dict(body)
-    if rayjob is not None and not rayjob.get("status"):
+    if event.get("type") != "DELETED" and not body.get("status"):
         return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
-    key = (namespace, labels[JOB_LABEL])
-    inputs = rayjob_inputs(rayjob)
-    if _MIRRORED.unchanged(key, inputs):
-        return
-    async with JOB_LOCKS.hold(key), kube.call_site("mirror-rayjob"):
-        revision = kube.JOBS.revision(*key)  # the version sync_status reads: the lock keeps our writes out
-        await sync_status(namespace, labels[JOB_LABEL], rayjob=rayjob)
-        _MIRRORED.record(key, inputs, revision)
+    rayjob = None if event.get("type") == "DELETED" else slim_rayjob(dict(body))
+    _PENDING.submit((namespace, labels[JOB_LABEL]), rayjob)
+
+
+class _PendingMirrors:
+    """Per job, the newest RayJob event not yet mirrored (its slim part) and the one task mirroring it.
+
+    The handler returns at once, so kopf's worker lets the event's body go instead of holding it while the job's
+    lock is taken (in a burst, by the job's creation waiting for its first status write behind later jobs'
+    creates: a thousand RayJob bodies waited there, the operator's peak memory). Events that arrive meanwhile
+    replace the waiting one: what a GET would return after the wait is the newest, not each state between."""
+
+    def __init__(self) -> None:
+        self._newest: dict[tuple[str, str], dict | None] = {}
+        self._tasks: dict[tuple[str, str], asyncio.Task] = {}
+
+    def submit(self, key: tuple[str, str], rayjob: dict | None) -> None:
+        if key not in self._tasks and _MIRRORED.unchanged(key, rayjob_inputs(rayjob)):
+            return  # nothing waits, and this changes nothing mirroring acted on: no task, no lock
+        self._newest[key] = rayjob
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.get_running_loop().create_task(self._mirror(key), name=f"mirror {key}")
+
+    async def _mirror(self, key: tuple[str, str]) -> None:
+        try:
+            while key in self._newest:
+                async with JOB_LOCKS.hold(key), kube.call_site("mirror-rayjob"):
+                    rayjob = self._newest.pop(key)
+                    inputs = rayjob_inputs(rayjob)
+                    if _MIRRORED.unchanged(key, inputs):
+                        continue
+                    revision = kube.JOBS.revision(*key)  # the version sync_status reads: the lock keeps ours out
+                    await sync_status(*key, rayjob=rayjob)
+                    _MIRRORED.record(key, inputs, revision)
+        except Exception:
+            # As kopf does with an event handler's error: logged, and the next event of the RayJob tries again.
+            log.exception("mirroring the RayJob of %s/%s failed", *key)
+            self._newest.pop(key, None)
+        finally:
+            del self._tasks[key]
 
 
 class _MirroredInputs:
@@ -74,6 +109,7 @@ class _MirroredInputs:
 
 
 _MIRRORED = _MirroredInputs()
+_PENDING = _PendingMirrors()
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**_CHILD_SELECTOR, COMPONENT_LABEL: "export"})

@@ -77,6 +77,22 @@ def logs_of(name: str, namespace: str) -> dict[str, str]:
     }
 
 
+# What observe_rayjob reads of a RayJob's status (a unit test records its reads and holds it to these).
+_RAYJOB_STATUS_READ = ("jobDeploymentStatus", "rayClusterName", "startTime", "endTime", "failed", "reason", "message")
+
+
+def slim_rayjob(rayjob: dict) -> dict:
+    """The part of a RayJob that `observe_rayjob` reads: what mirroring keeps of an event while it waits for the
+    job's lock (a whole RayJob, managedFields and KubeRay's copy of the cluster's status included, is ~15 KB of
+    JSON and several times that parsed; a burst's worth of them waiting was the operator's memory peak)."""
+    meta, spec, status = rayjob.get("metadata") or {}, rayjob.get("spec") or {}, rayjob.get("status") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("namespace", "name", "uid") if k in meta},
+        "spec": {k: spec[k] for k in ("ttlSecondsAfterFinished",) if k in spec},
+        "status": {k: status[k] for k in _RAYJOB_STATUS_READ if k in status},
+    }
+
+
 def rayjob_inputs(rayjob: dict | None) -> tuple:
     """All of a RayJob that `observe_rayjob` reads: two RayJobs with equal inputs give the same observation.
 
@@ -89,8 +105,7 @@ def rayjob_inputs(rayjob: dict | None) -> tuple:
         (rayjob.get("metadata") or {}).get("namespace"),
         (rayjob.get("metadata") or {}).get("uid"),
         bool((rayjob.get("spec") or {}).get("ttlSecondsAfterFinished")),
-        *(status.get(k) for k in ("jobDeploymentStatus", "rayClusterName", "startTime", "endTime", "failed",
-                                  "reason", "message")),
+        *(status.get(k) for k in _RAYJOB_STATUS_READ),
     )
 
 

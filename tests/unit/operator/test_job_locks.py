@@ -46,15 +46,62 @@ def mirrored(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     return calls
 
 
-def test_rayjob_event_mirrors_only_under_the_jobs_lock(mirrored: list[tuple]) -> None:
-    body = {"metadata": {"name": "tiny-train"}, "status": {"jobDeploymentStatus": "Running"}}
-    seen = _runs_only_after_the_lock(
-        lambda: mirror.rayjob_event(event={"type": "MODIFIED"}, body=body, namespace=KEY[0],
-                                    labels={JOB_LABEL: KEY[1]}),
-        mirrored,
-    )
-    assert seen == ["while held: 0 call(s), done=False", "after release: 1 call(s)"]
-    assert mirrored[0][:2] == KEY and mirrored[0][2]["rayjob"] == body
+def _rayjob(state: str, **status: object) -> dict:
+    return {"metadata": {"namespace": KEY[0], "name": "tiny-train", "uid": "u1"},
+            "status": {"jobDeploymentStatus": state, "rayClusterStatus": {"state": "ready"}, **status}}
+
+
+def test_rayjob_events_are_mirrored_only_under_the_jobs_lock_and_the_newest_wins(mirrored: list[tuple]) -> None:
+    """The handler returns at once (kopf's worker lets the RayJob's body go); the mirroring waits for the job's
+    lock, and of the events that came meanwhile mirrors the newest, slimmed to what the observation reads."""
+
+    async def scenario() -> tuple[int, list[bool]]:
+        loop = asyncio.get_running_loop()
+        async with JOB_LOCKS.hold(KEY):
+            returned = []
+            for state in ("Initializing", "Running"):
+                handler = asyncio.create_task(mirror.rayjob_event(
+                    event={"type": "MODIFIED"}, body=_rayjob(state), namespace=KEY[0], labels={JOB_LABEL: KEY[1]}))
+                done, _ = await asyncio.wait([handler], timeout=30)
+                returned.append(bool(done))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            held = len(mirrored)
+        deadline = loop.time() + 30
+        while not mirrored and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return held, returned
+
+    held, returned = asyncio.run(scenario())
+    assert (held, returned) == (0, [True, True])
+    assert len(mirrored) == 1 and mirrored[0][:2] == KEY
+    assert mirrored[0][2]["rayjob"] == {"metadata": {"namespace": KEY[0], "name": "tiny-train", "uid": "u1"},
+                                        "spec": {}, "status": {"jobDeploymentStatus": "Running"}}
+
+
+def test_a_failed_mirror_is_logged_and_the_next_event_mirrors_again(monkeypatch: pytest.MonkeyPatch,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    async def flaky(namespace: str, name: str, rayjob: dict) -> None:
+        calls.append(rayjob["status"]["jobDeploymentStatus"])
+        if len(calls) == 1:
+            raise RuntimeError("apiserver went away")
+
+    monkeypatch.setattr(mirror, "sync_status", flaky)
+
+    async def scenario() -> None:
+        for state in ("Running", "Complete"):
+            await mirror.rayjob_event(event={"type": "MODIFIED"}, body=_rayjob(state), namespace=KEY[0],
+                                      labels={JOB_LABEL: KEY[1]})
+            for _ in range(50):
+                await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert calls == ["Running", "Complete"]
+    assert "mirroring the RayJob of team-a/tiny failed" in caplog.text
 
 
 def test_export_job_event_mirrors_only_under_the_jobs_lock(mirrored: list[tuple]) -> None:

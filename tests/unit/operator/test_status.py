@@ -11,6 +11,7 @@ from grpo_operator.reconcile.status import (
     rayjob_inputs,
     rehearsal_condition,
     restart_condition,
+    slim_rayjob,
 )
 
 
@@ -235,6 +236,20 @@ def test_observe_rayjob_reads_nothing_of_a_rayjob_beyond_its_inputs() -> None:
         inputs: set[str] = set()
         rayjob_inputs(_Recording(rayjob, inputs))
         assert read <= inputs, f"{deployment}: observe_rayjob read {sorted(read - inputs)}; add them to rayjob_inputs"
+
+
+def test_the_slim_rayjob_mirroring_keeps_observes_like_the_whole_one() -> None:
+    for deployment in ("Initializing", "Running", "Retrying", "Suspended", "Complete", "Failed", "ValidationFailed"):
+        rayjob = {"metadata": {"namespace": "team", "uid": "u1", "name": "j", "managedFields": [{"manager": "x"}]},
+                  "spec": {"ttlSecondsAfterFinished": 0, "entrypoint": "grpo-train"},
+                  "status": {"jobDeploymentStatus": deployment, "rayClusterName": "j-abc", "failed": 2,
+                             "reason": "AppFailed", "message": "NaN", "startTime": "t0", "endTime": "t1",
+                             "rayClusterStatus": {"state": "ready", "availableWorkerReplicas": 2}}}
+        slim = slim_rayjob(rayjob)
+        for export in (True, False):
+            assert observe_rayjob("j", slim, export) == observe_rayjob("j", rayjob, export), deployment
+        assert rayjob_inputs(slim) == rayjob_inputs(rayjob)
+        assert "rayClusterStatus" not in slim["status"] and "managedFields" not in slim["metadata"]
 
 
 def test_kuberays_cluster_status_rewrites_leave_the_rayjob_inputs_unchanged() -> None:
