@@ -251,6 +251,9 @@ class BurstResult:
     event_reasons: dict[str, int] = field(default_factory=dict)
     # The operator's RSS each second of the burst (monotonic time, bytes): where the peak falls.
     rss_timeline: list[tuple[float, int]] = field(default_factory=list)
+    # The operator's CPU seconds per second just after the count, its jobs still there: what it costs to keep them
+    # (leases, timers), plus whatever KubeRay still sends about clusters it has not finished starting.
+    idle_cpu_rate: float = float("nan")
 
 
 def create_all(namespace: str, bodies: list[dict], workers: int = 16) -> None:
@@ -310,6 +313,9 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
     with open(audit_log, encoding="utf-8") as log:
         log.seek(audit_offset)
         requests = operator_requests(log, namespace)
+    idle_before = cpu_seconds(pid)
+    time.sleep(IDLE_SECONDS)
+    idle_rate = (cpu_seconds(pid) - idle_before) / IDLE_SECONDS
     with seen.lock:
         ours = [seen.rayjob[n] - seen.grpojob[n] for n in names if n in seen.rayjob and n in seen.grpojob]
         kuberay = [seen.raycluster[n] - seen.rayjob[n] for n in names if n in seen.raycluster and n in seen.rayjob]
@@ -325,7 +331,11 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
             samples[n]["bound"] = max(seen.pod_bound[n].values())
     sampler.join()
     return BurstResult(jobs, ours, kuberay, bound, missing, cpu, vm_hwm_bytes(pid), requests, load, wall,
-                       created_over, samples, *phases_and_event_reasons(namespace), rss_timeline=timeline)
+                       created_over, samples, *phases_and_event_reasons(namespace), rss_timeline=timeline,
+                       idle_cpu_rate=idle_rate)
+
+
+IDLE_SECONDS = 20.0
 
 
 def sample_rss(pid: int, timeline: list[tuple[float, int]], stop: threading.Event) -> None:
@@ -420,6 +430,8 @@ def report(result: BurstResult) -> str:
         f"peak RSS {result.peak_rss / 2**20:.0f} MiB, API requests/job {total / result.jobs:.1f} ({verbs})",
         f"  not reached: {result.missing}",
         f"  {rss_milestones(result)}",
+        f"  operator CPU in the {IDLE_SECONDS:.0f}s after the count (KubeRay may still be starting clusters): "
+        f"{result.idle_cpu_rate * 1000:.0f} ms/s",
         f"  GRPOJob phases at the end: {describe_counts(result.phases, 1)}",
         f"  operator Events per job by reason: {describe_counts(result.event_reasons, result.jobs)}",
         "  API requests per job by call site (who, verb, resource):",
