@@ -319,7 +319,7 @@ def run_timed(
 ) -> list[run_grpo.RunResult]:
     """Timed runs, one after the other and alone on the machine; each saved as soon as it ends.
     fresh_model_info: vLLM's model-class cache is removed before each run, as a new trainer pod has none
-    (grpo_trainer.vllm_model_info), so that every run starts as a fresh machine's first run does there."""
+    (grpo_trainer.startup.vllm_model_info), so that every run starts as a fresh machine's first run does there."""
     results = []
     for spec in specs:
         if fresh_model_info:

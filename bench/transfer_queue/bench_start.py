@@ -1,4 +1,4 @@
-"""TransferQueue's start by grpo-train's starter actor (grpo_trainer.transfer_queue_start): its controller and
+"""TransferQueue's start by grpo-train's starter actor (grpo_trainer.startup.transfer_queue_start): its controller and
 storage units in one round, against `transfer_queue.init`'s two rounds, side by side on one local Ray.
 
 Each repetition runs both, in alternating order (ABBA), each from a fresh starter actor: the time from asking
@@ -37,7 +37,7 @@ def settings(units: int) -> dict:
 
 def one_start(units: int, one_round: bool) -> float:
     import ray
-    from grpo_trainer import transfer_queue_start
+    from grpo_trainer.startup import transfer_queue_start
 
     started = time.monotonic()
     transfer_queue_start.start_transfer_queue(settings(units), {"num_cpus": 0}, one_round)

@@ -48,8 +48,8 @@ def test_prompts_cover_every_step(paths: run_grpo.Paths) -> None:
 
 
 def test_stock_overrides_compose_with_verl_and_match_what_grpo_train_derives(paths: run_grpo.Paths) -> None:
-    from grpo_trainer.cli import validate_with_verl
     from grpo_trainer.config import build_config, verl_config_dir
+    from grpo_trainer.verl_validation import validate_with_verl
     from hydra import compose, initialize_config_dir
 
     overrides = run_grpo.stock_overrides(STOCK, paths)  # composes verl's defaults itself: outside hydra's context
@@ -69,8 +69,8 @@ def test_stock_overrides_compose_with_verl_and_match_what_grpo_train_derives(pat
         "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
         "data.train_files",  # each run converts the prompts into its own folder (runs may overlap)
         "data.val_files",
-        # ours runs vLLM's worker in its EngineCore process (grpo_trainer.vllm_executor); stock keeps verl's "mp",
-        # a difference being measured, not a derived value stock needs to run the same job
+        # ours runs vLLM's worker in its EngineCore process (grpo_trainer.startup.vllm_executor); stock keeps
+        # verl's "mp", a difference being measured, not a derived value stock needs to run the same job
         "actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend",
     }
     assert differing["trainer.logger"] == (["console"], ["console", "grpo"])
@@ -129,8 +129,8 @@ def test_every_run_of_the_session_builds_a_config_verl_accepts(spec: run_grpo.Ru
     reward model's config.json read) and verl 0.9.1's validate_config, for every run the session makes."""
     import dataclasses
 
-    from grpo_trainer.cli import validate_with_verl
     from grpo_trainer.config import build_config
+    from grpo_trainer.verl_validation import validate_with_verl
 
     twin = dataclasses.replace(spec, kind="ours")  # a stock run's keys are its ours twin's, checked above
     built = build_config(str(run_grpo.write_config(twin, paths)), strict=True)

@@ -15,12 +15,13 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from grpo_trainer import ray_start
 from grpo_trainer.config import BuiltConfig, build_config
 from grpo_trainer.errors import DataPrepError, GrpoConfigError
-from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner, preload_plan
-from grpo_trainer.transfer_queue_start import ONE_ROUND_ENV, start_transfer_queue, stop_transfer_queue
-from grpo_trainer.vllm_model_info import start_model_info
+from grpo_trainer.startup import ray_start
+from grpo_trainer.startup.task_runner import WARM_START_ENV, EarlyTaskRunner, preload_plan
+from grpo_trainer.startup.transfer_queue_start import ONE_ROUND_ENV, start_transfer_queue, stop_transfer_queue
+from grpo_trainer.startup.vllm_model_info import start_model_info
+from grpo_trainer.verl_validation import validate_with_verl
 
 log = logging.getLogger("grpo_trainer")
 
@@ -29,9 +30,9 @@ log = logging.getLogger("grpo_trainer")
 HEAD_NODE_RESOURCE = "node:__internal_head__"
 # start-up lines a user can grep for (and the GPU bench's start-up breakdown reads)
 PHASE_PREFIX = "grpo-train: "
-# "0": the warm load balancer does not import the rollout server's module early (grpo_trainer.task_runner)
+# "0": the warm load balancer does not import the rollout server's module early (grpo_trainer.startup.task_runner)
 WARM_SERVER_IMPORT_ENV = "GRPO_WARM_SERVER_IMPORT"
-# "0": verl starts the rollout's vLLM servers after the model load (grpo_trainer.rollout_server)
+# "0": verl starts the rollout's vLLM servers after the model load (grpo_trainer.startup.rollout_server)
 EARLY_ROLLOUT_SERVERS_ENV = "GRPO_EARLY_ROLLOUT_SERVERS"
 
 
@@ -171,17 +172,18 @@ def prepare_data(built: BuiltConfig) -> None:
 
 def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None) -> EarlyTaskRunner:
     """verl's TaskRunner for this config, created as soon as Ray is up; `before_run` (the data
-    preparation) then runs in the driver while the actor starts (grpo_trainer.task_runner)."""
+    preparation) then runs in the driver while the actor starts (grpo_trainer.startup.task_runner)."""
     # num_cpus=1 is Ray's scheduling default for actors, made explicit: the head group must offer it
     options = {"num_cpus": 1, "resources": {HEAD_NODE_RESOURCE: 0.001}}
-    warm = os.environ.get(WARM_START_ENV, "1") != "0"  # "0": verl's own start-up order (grpo_trainer.task_runner)
+    # "0": verl's own start-up order (grpo_trainer.startup.task_runner)
+    warm = os.environ.get(WARM_START_ENV, "1") != "0"
 
     def start_model_info_beside() -> None:
-        if warm:  # vLLM's model-class inspection, before a server needs it (grpo_trainer.vllm_model_info)
+        if warm:  # vLLM's model-class inspection, before a server needs it (grpo_trainer.startup.vllm_model_info)
             start_model_info(config, os.environ)
 
     if config.trainer.use_v1:
-        from grpo_trainer.task_runner_host import GrpoTaskRunnerActor
+        from grpo_trainer.startup.task_runner_host import GrpoTaskRunnerActor
 
         plan = preload_plan(config)
         if not warm:
@@ -195,8 +197,9 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
             plan = dataclasses.replace(plan, early_servers=None, early_servers_skipped=f"{EARLY_ROLLOUT_SERVERS_ENV}=0")
 
         def start_beside() -> None:
-            # the actor exists: TransferQueue's processes start beside its process (grpo_trainer.transfer_queue_start),
-            # from the head node, as they did from the driver; its starter only waits, so it takes no CPU
+            # the actor exists: TransferQueue's processes start beside its process
+            # (grpo_trainer.startup.transfer_queue_start), from the head node, as they did from the driver; its
+            # starter only waits, so it takes no CPU
             if plan.transfer_queue is not None and plan.transfer_queue_early:
                 one_round = os.environ.get(ONE_ROUND_ENV, "1") != "0"
                 start_transfer_queue(plan.transfer_queue, {**options, "num_cpus": 0}, one_round)
@@ -208,22 +211,6 @@ def task_runner_class(config: Any, before_run: Callable[[], None] = lambda: None
     return EarlyTaskRunner(TaskRunner, options, (), before_run, start_model_info_beside)
 
 
-def validate_with_verl(config: Any) -> None:
-    """What verl's main_ppo.main does before Ray: device selection and validate_config. Also done on
-    --dry-run, so a rendered config that verl would reject fails there, not on the cluster."""
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-    from verl.utils.device import auto_set_device
-
-    auto_set_device(config)
-    try:
-        validate_config(
-            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
-        )
-    except Exception as e:  # verl raises AssertionError, ValueError or hydra's InstantiationException
-        raise GrpoConfigError(f"verl 0.9.1 rejects the config: {e}") from e
-
-
 def validate_with_verl_timed(config: Any) -> None:
     """validate_with_verl, and the time it took (it imports verl: most of the driver's start-up)."""
     started = time.monotonic()
@@ -232,11 +219,11 @@ def validate_with_verl_timed(config: Any) -> None:
 
 
 def run(built: BuiltConfig) -> None:
-    """verl's main_ppo on our config. Ray and the TaskRunner start first where they can (grpo_trainer.ray_start),
-    then the driver imports verl and validates the config (validate_with_verl) while the TaskRunner's process
-    starts; the data is prepared once the actor exists, not before (grpo_trainer.task_runner). Our extensions
-    are installed here in the driver and, through the runtime_env's worker_process_setup_hook, in every Ray
-    worker."""
+    """verl's main_ppo on our config. Ray and the TaskRunner start first where they can
+    (grpo_trainer.startup.ray_start), then the driver imports verl and validates the config (validate_with_verl)
+    while the TaskRunner's process starts; the data is prepared once the actor exists, not before
+    (grpo_trainer.startup.task_runner). Our extensions are installed here in the driver and, through the
+    runtime_env's worker_process_setup_hook, in every Ray worker."""
 
     def before_run() -> None:
         started = time.monotonic()

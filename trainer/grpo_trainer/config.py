@@ -33,7 +33,7 @@ from grpo_trainer.reward.model import FREE_CACHE_ENGINE_KEY as REWARD_MODEL_FREE
 from grpo_trainer.rollback.request import ROLLBACK_ENV, parse_request
 from grpo_trainer.rollback.start import apply_rollback
 from grpo_trainer.settings import GrpoSettings
-from grpo_trainer.vllm_executor import ExecutorChoice, executor_choices
+from grpo_trainer.startup.vllm_executor import ExecutorChoice, executor_choices
 from grpo_trainer.worker_setup import ROLE_RESOURCES_ENV, SETUP_HOOK
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def _plain(value: Any) -> Any:
 
 def verl_config_dir() -> str:
     """verl's config directory, found without importing verl (its __init__ imports torch): the driver builds
-    the config before it imports verl (grpo_trainer.ray_start)."""
+    the config before it imports verl (grpo_trainer.startup.ray_start)."""
     import importlib.util
 
     spec = importlib.util.find_spec("verl")
@@ -382,7 +382,8 @@ def check_placement(cfg: DictConfig, settings: GrpoSettings) -> None:
 
 
 def apply_vllm_executor(cfg: DictConfig, environ: Mapping[str, str]) -> list[ExecutorChoice]:
-    """vLLM's "uni" executor for the rollout servers of one GPU (grpo_trainer.vllm_executor); logged either way."""
+    """vLLM's "uni" executor for the rollout servers of one GPU (grpo_trainer.startup.vllm_executor); logged
+    either way."""
     plain = {
         section: OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
         for section in ("actor_rollout_ref", "reward")

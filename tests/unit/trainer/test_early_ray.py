@@ -1,4 +1,4 @@
-"""Ray and the TaskRunner started before the driver imports verl (grpo_trainer.ray_start): the runtime_env
+"""Ray and the TaskRunner started before the driver imports verl (grpo_trainer.startup.ray_start): the runtime_env
 grpo-train computes without torch is verl's own, the configs for which it cannot be are refused by name, and
 an early Ray that turns out different from verl's, or a config verl rejects, leaves nothing behind."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grpo_trainer import ray_start
 from grpo_trainer.errors import GrpoConfigError
-from grpo_trainer.task_runner import EarlyTaskRunner
+from grpo_trainer.startup import ray_start
+from grpo_trainer.startup.task_runner import EarlyTaskRunner
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[3]
 # own, then taken back): ours for all of them first, then verl imported once for its side.
 _COMPARE = """
 import json, os, sys
-from grpo_trainer import cli, ray_start
+from grpo_trainer import cli
+from grpo_trainer.startup import ray_start
 from grpo_trainer.config import build_config
 
 def under(env, compute):

@@ -1,8 +1,8 @@
-"""The training rollout's vLLM servers started in the TaskRunner's constructor (grpo_trainer.early_servers,
-grpo_trainer.rollout_server, task_runner_actor.start_rollout_servers), each path with its fallback to
+"""The training rollout's vLLM servers started in the TaskRunner's constructor (grpo_trainer.startup.early_servers,
+grpo_trainer.startup.rollout_server, task_runner_actor.start_rollout_servers), each path with its fallback to
 verl's own servers.
 
-No Ray cluster and no vLLM in this venv: grpo_trainer.rollout_server is imported over small fakes of the two
+No Ray cluster and no vLLM in this venv: grpo_trainer.startup.rollout_server is imported over small fakes of the two
 verl classes it wraps (vLLMHttpServer, vLLMReplica), and Ray's calls are recorded. What the tests prove is
 our logic around verl's calls; the GPU bench runs the real ones (bench/gpu/RESULTS.md)."""
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from grpo_trainer import cli
-from grpo_trainer.early_servers import (
+from grpo_trainer.startup.early_servers import (
     EarlyServers,
     actor_node,
     asked_options,
@@ -26,7 +26,7 @@ from grpo_trainer.early_servers import (
     options_mismatch,
     plan_early_servers,
 )
-from grpo_trainer.task_runner import Preload, preload_plan
+from grpo_trainer.startup.task_runner import Preload, preload_plan
 from omegaconf import DictConfig, open_dict
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -94,7 +94,7 @@ def test_the_names_and_the_concurrency_are_verls(verl_defaults: DictConfig) -> N
     # verl's own text: a verl that names its servers otherwise makes every early server fall back, so the
     # cut would silently be lost; this fails first
     import verl
-    from grpo_trainer import early_servers
+    from grpo_trainer.startup import early_servers
     from verl.workers.rollout.replica import CONTROL_METHOD_CONCURRENCY
 
     source = (Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
@@ -184,7 +184,7 @@ def test_the_switches_turn_the_early_servers_off(
 
 class _FakeRolloutServerModule(types.ModuleType):
     def __init__(self) -> None:
-        super().__init__("grpo_trainer.rollout_server")
+        super().__init__("grpo_trainer.startup.rollout_server")
         self.calls: list[Any] = []
 
     def prestart(self, plan: EarlyServers, node: str) -> list[str]:
@@ -197,13 +197,13 @@ class _FakeRolloutServerModule(types.ModuleType):
 
 @pytest.fixture()
 def constructor(monkeypatch: pytest.MonkeyPatch) -> Any:
-    import grpo_trainer
+    import grpo_trainer.startup
     import ray
-    from grpo_trainer import task_runner_actor
+    from grpo_trainer.startup import task_runner_actor
 
     module = _FakeRolloutServerModule()
-    monkeypatch.setitem(sys.modules, "grpo_trainer.rollout_server", module)
-    monkeypatch.setattr(grpo_trainer, "rollout_server", module, raising=False)
+    monkeypatch.setitem(sys.modules, "grpo_trainer.startup.rollout_server", module)
+    monkeypatch.setattr(grpo_trainer.startup, "rollout_server", module, raising=False)
     monkeypatch.setattr(task_runner_actor, "run_preload", lambda plan: {"imports": 1.0})
     monkeypatch.setattr(
         ray, "nodes", lambda: [{"NodeID": "gpu-node", "Alive": True, "Resources": {"GPU": 1.0, "CPU": 8.0}}]
@@ -271,7 +271,7 @@ def test_servers_verl_did_not_ask_for_are_removed_once_its_servers_are_up(
     assert constructor.module.calls == ["discard", "verl's"]
 
 
-# ------------------------------------------------------------------ grpo_trainer.rollout_server over fakes
+# ------------------------------------------------------------------ grpo_trainer.startup.rollout_server over fakes
 
 
 class _FakeVerlServer:  # verl's vLLMHttpServer: its constructor's keywords
@@ -318,7 +318,7 @@ class _VerlClass:  # ray.remote(vLLMHttpServer): verl's own creation, recorded
 
 @pytest.fixture()
 def rollout_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    import grpo_trainer
+    import grpo_trainer.startup
     import ray
 
     fakes = {
@@ -367,17 +367,17 @@ def rollout_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         raise ValueError(name)
 
     monkeypatch.setattr(ray, "get_actor", get_actor)
-    old = sys.modules.pop("grpo_trainer.rollout_server", None)
-    monkeypatch.setattr(grpo_trainer, "rollout_server", None, raising=False)
+    old = sys.modules.pop("grpo_trainer.startup.rollout_server", None)
+    monkeypatch.setattr(grpo_trainer.startup, "rollout_server", None, raising=False)
     try:
-        module = importlib.import_module("grpo_trainer.rollout_server")
+        module = importlib.import_module("grpo_trainer.startup.rollout_server")
         module.killed, module.events, module.gets = killed, events, gets
         module.names_taken, module.held_for_good = names_taken, held_for_good
         yield module
     finally:
-        sys.modules.pop("grpo_trainer.rollout_server", None)
+        sys.modules.pop("grpo_trainer.startup.rollout_server", None)
         if old is not None:
-            sys.modules["grpo_trainer.rollout_server"] = old
+            sys.modules["grpo_trainer.startup.rollout_server"] = old
 
 
 def _verl_options(node: str = N1) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def test_grpo_train_reaches_verl_task_runner_with_our_extensions_installed(
     assert code == 0
     assert seen_during_prep == [True]
     out = capsys.readouterr().out
-    # Ray and the TaskRunner started before verl was imported, and verl agreed (grpo_trainer.ray_start)
+    # Ray and the TaskRunner started before verl was imported, and verl agreed (grpo_trainer.startup.ray_start)
     assert "grpo-train: ray init kwargs: " in out and "given up" not in out
     report = json.loads((tmp_path / "ckpt" / "probe.json").read_text())
     assert report["role_resources"] == {

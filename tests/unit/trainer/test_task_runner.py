@@ -1,9 +1,9 @@
-"""The TaskRunner grpo-train starts before it prepares the data (grpo_trainer.task_runner)."""
+"""The TaskRunner grpo-train starts before it prepares the data (grpo_trainer.startup.task_runner)."""
 
 from __future__ import annotations
 
 import pytest
-from grpo_trainer.task_runner import EarlyTaskRunner, Preload, preload_plan
+from grpo_trainer.startup.task_runner import EarlyTaskRunner, Preload, preload_plan
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 
@@ -44,7 +44,7 @@ def test_preload_starts_transfer_queue_and_verl_run_then_only_connects(
     @ray.remote(num_cpus=0)
     def preload_then_init_again(plan: Preload) -> tuple[list[str], bool]:
         import transfer_queue as tq
-        from grpo_trainer.task_runner import join_transfer_queue, run_preload
+        from grpo_trainer.startup.task_runner import join_transfer_queue, run_preload
 
         took = {**run_preload(plan), **join_transfer_queue(plan)}
         controller = tq.interface._TQ_CONTROLLER

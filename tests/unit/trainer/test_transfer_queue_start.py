@@ -1,4 +1,4 @@
-"""TransferQueue started by an actor of the driver's (grpo_trainer.transfer_queue_start), on a real local Ray
+"""TransferQueue started by an actor of the driver's (grpo_trainer.startup.transfer_queue_start), on a real local Ray
 with the TransferQueue 0.1.11 verl 0.9.1 uses: the controller and storage units it starts are the ones verl's
 own `transfer_queue.init` then joins, data goes through them, and nothing is left after the stop."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from grpo_trainer import transfer_queue_start
-from grpo_trainer.transfer_queue_start import (
+from grpo_trainer.startup import transfer_queue_start
+from grpo_trainer.startup.transfer_queue_start import (
     CONTROLLER_NAME,
     CONTROLLER_NAMESPACE,
     STARTER_NAME,

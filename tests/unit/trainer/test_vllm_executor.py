@@ -1,4 +1,4 @@
-"""vLLM's "uni" executor for rollout servers of one GPU (grpo_trainer.vllm_executor) and its config key."""
+"""vLLM's "uni" executor for rollout servers of one GPU (grpo_trainer.startup.vllm_executor) and its config key."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from grpo_trainer.config import build_config
-from grpo_trainer.vllm_executor import UNI_ENV, choose_executor, executor_choices, uni_blocker
+from grpo_trainer.startup.vllm_executor import UNI_ENV, choose_executor, executor_choices, uni_blocker
 from omegaconf import DictConfig, OmegaConf
 
 KEY = "actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend"

@@ -1,4 +1,4 @@
-"""grpo_trainer.vllm_model_info: vLLM's model-class inspection started on every GPU node as soon as Ray is up.
+"""grpo_trainer.startup.vllm_model_info: vLLM's model-class inspection started on every GPU node as soon as Ray is up.
 
 The pure parts here, then the start on a real local Ray that declares a GPU, with a stand-in for vLLM's
 registry module on the workers' path (vLLM is not installed for the CPU tests; its own registry and cache
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grpo_trainer import vllm_model_info
-from grpo_trainer.vllm_model_info import (
+from grpo_trainer.startup import vllm_model_info
+from grpo_trainer.startup.vllm_model_info import (
     EARLY_ENV,
     SKIPPED_LINE,
     architectures_of,

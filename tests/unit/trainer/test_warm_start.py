@@ -1,9 +1,9 @@
 """The start-up cuts: TransferQueue started beside the TaskRunner (cli; its starter is proved on a real Ray in
 test_transfer_queue_start.py) and verl's agent-loop workers and load balancer started in the TaskRunner's
-constructor (grpo_trainer.agent_loop, task_runner_actor), each with its kill switch and its fallback to verl's
+constructor (grpo_trainer.startup.agent_loop, task_runner_actor), each with its kill switch and its fallback to verl's
 own start-up.
 
-No Ray cluster: Ray's calls are replaced by recorders, and grpo_trainer.agent_loop is imported over small
+No Ray cluster: Ray's calls are replaced by recorders, and grpo_trainer.startup.agent_loop is imported over small
 fakes of the three verl classes it wraps (the real ones need rollout servers); what they prove is our logic
 around verl's calls."""
 
@@ -19,8 +19,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from grpo_trainer import cli, task_runner
-from grpo_trainer.task_runner import Preload, preload_plan
+from grpo_trainer import cli
+from grpo_trainer.startup import task_runner
+from grpo_trainer.startup.task_runner import Preload, preload_plan
 from omegaconf import DictConfig, open_dict
 
 
@@ -94,7 +95,7 @@ def test_by_default_transfer_queue_starts_beside_the_task_runner_before_the_data
     (plan,) = runner.init_args
     assert plan.agent_loop_workers == 3 and plan.transfer_queue_early
     assert runner.remote() == "handle"
-    # vLLM's model-class inspection starts on the GPU nodes beside it (grpo_trainer.vllm_model_info)
+    # vLLM's model-class inspection starts on the GPU nodes beside it (grpo_trainer.startup.vllm_model_info)
     assert calls == ["actor created", ("tq", plan.transfer_queue, True), "model info", "prepare data"]
 
 
@@ -108,7 +109,7 @@ def test_one_round_off_is_passed_to_the_starter(verl_defaults: DictConfig, monke
 def test_an_actor_created_early_is_the_one_run_ppo_gets_and_the_data_waits_for_run_ppo(
     verl_defaults: DictConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # grpo_trainer.ray_start creates the actor before verl is imported: TransferQueue starts beside it then,
+    # grpo_trainer.startup.ray_start creates the actor before verl is imported: TransferQueue starts beside it then,
     # the data is prepared only when run_ppo asks for the actor, and no second actor is created
     monkeypatch.delenv(cli.WARM_START_ENV, raising=False)
     monkeypatch.delenv(cli.ONE_ROUND_ENV, raising=False)
@@ -182,11 +183,11 @@ def test_transfer_queue_started_early_is_stopped_even_when_the_run_fails(
 
 @pytest.fixture()
 def warm_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """A fake grpo_trainer.agent_loop, as task_runner_actor finds it (import or sys.modules)."""
-    import grpo_trainer
-    from grpo_trainer import task_runner_actor
+    """A fake grpo_trainer.startup.agent_loop, as task_runner_actor finds it (import or sys.modules)."""
+    import grpo_trainer.startup
+    from grpo_trainer.startup import task_runner_actor
 
-    module = types.ModuleType("grpo_trainer.agent_loop")
+    module = types.ModuleType("grpo_trainer.startup.agent_loop")
     module.calls = []  # type: ignore[attr-defined]
     module.prestart_load_balancer = lambda full_determinism, preimport=(): module.calls.append(  # type: ignore[attr-defined]
         ("balancer", full_determinism, *preimport)
@@ -201,8 +202,8 @@ def warm_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module.WarmAgentLoopManager = SimpleNamespace(  # type: ignore[attr-defined]
         create=lambda **kwargs: module.calls.append(("warm manager", kwargs)) or "warm manager"
     )
-    monkeypatch.setitem(sys.modules, "grpo_trainer.agent_loop", module)
-    monkeypatch.setattr(grpo_trainer, "agent_loop", module, raising=False)
+    monkeypatch.setitem(sys.modules, "grpo_trainer.startup.agent_loop", module)
+    monkeypatch.setattr(grpo_trainer.startup, "agent_loop", module, raising=False)
     monkeypatch.setattr(task_runner_actor, "run_preload", lambda plan: {"imports": 1.0})
     monkeypatch.setattr(
         task_runner_actor, "join_transfer_queue", lambda plan: module.calls.append("transfer queue joined") or {}
@@ -218,7 +219,7 @@ def _plan(workers: int) -> Preload:
 
 
 def _runner_with_trainer(plan: Preload) -> Any:
-    from grpo_trainer.task_runner_actor import GrpoTaskRunnerV1
+    from grpo_trainer.startup.task_runner_actor import GrpoTaskRunnerV1
 
     runner = GrpoTaskRunnerV1(plan)
     runner.config = "the config"
@@ -269,7 +270,7 @@ def test_a_failure_of_the_warm_path_falls_back_to_verls_own(
 def test_the_warm_balancer_is_asked_to_import_the_rollout_servers_module(
     warm_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from grpo_trainer import task_runner_actor
+    from grpo_trainer.startup import task_runner_actor
 
     modules = {"vllm": "verl.workers.rollout.vllm_rollout.vllm_async_server"}
     monkeypatch.setattr(task_runner_actor, "rollout_server_module", lambda engine: modules.get(engine))
@@ -287,7 +288,7 @@ def test_no_warm_workers_are_started_when_the_plan_has_none(warm_module: Any) ->
     assert warm_module.calls == ["transfer queue joined", "discard balancer", "verl's own manager"]
 
 
-# ------------------------------------------------------------------- grpo_trainer.agent_loop over fakes
+# ------------------------------------------------------------------- grpo_trainer.startup.agent_loop over fakes
 
 
 class _FakeVerlWorker:
@@ -335,8 +336,8 @@ class _Handle:
 
 @pytest.fixture()
 def agent_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """grpo_trainer.agent_loop imported afresh over fakes of verl's modules; ray.kill recorded."""
-    import grpo_trainer
+    """grpo_trainer.startup.agent_loop imported afresh over fakes of verl's modules; ray.kill recorded."""
+    import grpo_trainer.startup
     import ray
 
     fakes = {
@@ -356,18 +357,18 @@ def agent_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setitem(sys.modules, name, module)
     # the patch prestart_load_balancer installs lands on this test's class, not on another test's
     monkeypatch.setattr(_FakeServerManager, "_init_global_load_balancer", _FakeServerManager._init_global_load_balancer)
-    old = sys.modules.pop("grpo_trainer.agent_loop", None)
-    monkeypatch.setattr(grpo_trainer, "agent_loop", None, raising=False)
+    old = sys.modules.pop("grpo_trainer.startup.agent_loop", None)
+    monkeypatch.setattr(grpo_trainer.startup, "agent_loop", None, raising=False)
     killed: list[Any] = []
     monkeypatch.setattr(ray, "kill", killed.append)
     try:
-        module = importlib.import_module("grpo_trainer.agent_loop")
+        module = importlib.import_module("grpo_trainer.startup.agent_loop")
         module.killed = killed
         yield module
     finally:
-        sys.modules.pop("grpo_trainer.agent_loop", None)
+        sys.modules.pop("grpo_trainer.startup.agent_loop", None)
         if old is not None:
-            sys.modules["grpo_trainer.agent_loop"] = old
+            sys.modules["grpo_trainer.startup.agent_loop"] = old
 
 
 def test_prestart_starts_the_asked_number_round_robin_over_alive_cpu_nodes(
@@ -446,7 +447,7 @@ def test_the_warm_balancer_imports_the_server_module_before_it_is_handed_the_ser
     agent_loop: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
-    from grpo_trainer.task_runner import import_in_actor
+    from grpo_trainer.startup.task_runner import import_in_actor
 
     balancer = _Handle("balancer")
     monkeypatch.setattr(ray, "remote", lambda cls: SimpleNamespace(remote=lambda **kw: balancer))

@@ -13,6 +13,7 @@ from grpo_trainer.config import check_known_key, check_not_legacy
 from grpo_trainer.errors import GrpoConfigError
 from grpo_trainer.preflight.fields import field_in_message, spec_field
 from grpo_trainer.preflight.verdict import Check
+from grpo_trainer.verl_validation import validate_with_verl
 
 
 def verl_keys(pairs: list[tuple[str, Any]], known: Mapping[str, Any], user_keys: Collection[str]) -> list[Check]:
@@ -34,8 +35,6 @@ def verl_keys(pairs: list[tuple[str, Any]], known: Mapping[str, Any], user_keys:
 
 def verl_accepts(cfg: Any, user_keys: Collection[str]) -> Check:
     """verl's validate_config, as main_ppo runs it before Ray starts."""
-    from grpo_trainer.cli import validate_with_verl
-
     try:
         validate_with_verl(cfg)
     except GrpoConfigError as e:

@@ -1,7 +1,7 @@
 """The verl keys that select the `length` reward manager (grpo_trainer.reward.length).
 
 A module of its own, without verl: the config builder sets these keys in the driver before verl is imported
-(grpo_trainer.ray_start), while the manager's own module imports verl's reward loop.
+(grpo_trainer.startup.ray_start), while the manager's own module imports verl's reward loop.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Ray's named actors, for the early starts that hand a name over to verl's or TransferQueue's own actor
-(grpo_trainer.rollout_server, grpo_trainer.transfer_queue_start): whether a name is held, and waiting until
-Ray frees it after a kill, which it does shortly after, not at once."""
+(grpo_trainer.startup.rollout_server, grpo_trainer.startup.transfer_queue_start): whether a name is held, and
+waiting until Ray frees it after a kill, which it does shortly after, not at once."""
 
 from __future__ import annotations
 

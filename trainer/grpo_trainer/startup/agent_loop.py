@@ -127,12 +127,12 @@ _verl_init_global_load_balancer = LLMServerManager._init_global_load_balancer
 
 def prestart_load_balancer(full_determinism: bool, preimport: tuple[str, ...] = ()) -> None:
     """verl's default balancer (router.py `_create_global_sticky_inflight`), started now with no servers;
-    it then imports `preimport` (the rollout server's module: grpo_trainer.task_runner.balancer_imports)."""
+    it then imports `preimport` (the rollout server's module: grpo_trainer.startup.task_runner.balancer_imports)."""
     handle = ray.remote(GlobalRequestLoadBalancer).remote(
         servers={}, max_cache_size=DEFAULT_ROUTING_CACHE_SIZE, full_determinism=full_determinism
     )
     if preimport:
-        from grpo_trainer.task_runner import import_in_actor
+        from grpo_trainer.startup.task_runner import import_in_actor
 
         # not awaited: the balancer runs its calls one at a time in order, so `add_servers` waits for the
         # import if it is still going; a failed import leaves `add_servers` to import the module, as before

@@ -3,7 +3,7 @@
 verl 0.9.1 creates the training rollout's vLLM server actors (`vllm_server_<replica>_<node>`) only after
 the actor's model is loaded (trainer_base.py `_setup`, step 9), and each server's process then imports
 vLLM before verl can launch its engine: 24-26 s on the H200 machine, one after the other with the model
-load (bench/gpu/RESULTS.md, issue 17.3). grpo_trainer.rollout_server starts those processes in the
+load (bench/gpu/RESULTS.md, issue 17.3). grpo_trainer.startup.rollout_server starts those processes in the
 TaskRunner's constructor instead and binds them when verl asks for its servers.
 
 A server must be created with the name and on the node verl will ask for, since verl's workers find their
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_trainer.vllm_executor import select_plain as _select
+from grpo_trainer.startup.vllm_executor import select_plain as _select
 
 # verl 0.9.1, vllm_async_server.py vLLMReplica.launch_servers (the training rollout: no reward or teacher infix)
 SERVER_NAME = "vllm_server_{replica}_{node}"

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from grpo_trainer.ray_names import name_held, wait_until_free
+from grpo_trainer.startup.ray_names import name_held, wait_until_free
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def stop_transfer_queue(graceful: bool = True, wait_s: float = 300.0) -> None:
     """After the run: the starter shuts down the storage units it created (the TaskRunner's own
     `transfer_queue.close` removes the controller and its client, not storage it did not start), then it is
     removed. A start still under way (a run that ended first) is waited for first: the actor runs its calls
-    in order. graceful=False (an early Ray given up, grpo_trainer.ray_start): the starter is removed at once,
+    in order. graceful=False (an early Ray given up, grpo_trainer.startup.ray_start): the starter is removed at once,
     and what it created with it."""
     actor = _starter.pop("actor", None)
     _starter.pop("start", None)

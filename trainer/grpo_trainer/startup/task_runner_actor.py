@@ -1,7 +1,7 @@
 """The TaskRunner grpo-train runs: verl's TaskRunnerV1 whose constructor runs a Preload.
 
 A module of its own because it imports verl's main_ppo (torch, transformers) at import: only the TaskRunner
-actor's process loads it (grpo_trainer.task_runner_host builds it there), never the driver.
+actor's process loads it (grpo_trainer.startup.task_runner_host builds it there), never the driver.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 import ray
 from verl.trainer.main_ppo import TaskRunnerV1
 
-from grpo_trainer.early_servers import actor_node
-from grpo_trainer.task_runner import (
+from grpo_trainer.startup.early_servers import actor_node
+from grpo_trainer.startup.task_runner import (
     PREPARED_LINE,
     Preload,
     balancer_imports,
@@ -35,7 +35,7 @@ class GrpoTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # verl's class, witho
             took = run_preload(plan)
             start_rollout_servers(plan)  # before the other early starts: on the path to step 1 (early_servers)
             if plan.agent_loop_workers > 0:
-                from grpo_trainer import agent_loop
+                from grpo_trainer.startup import agent_loop
 
                 # their processes start (and import verl, torch) while the model loads and vLLM starts;
                 # should that fail, verl creates its own workers after "ready to fit", as before
@@ -51,15 +51,15 @@ class GrpoTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # verl's class, witho
             print(PREPARED_LINE + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in took.items()), flush=True)
 
     def init_agent_loop_manager(self):
-        """verl's, with the agent-loop workers started in the constructor (grpo_trainer.agent_loop)."""
-        if "grpo_trainer.agent_loop" in sys.modules:
+        """verl's, with the agent-loop workers started in the constructor (grpo_trainer.startup.agent_loop)."""
+        if "grpo_trainer.startup.agent_loop" in sys.modules:
             # the rollout servers are up: their manager took the early load balancer, or nobody will
-            sys.modules["grpo_trainer.agent_loop"].discard_unused_balancer()
-        if "grpo_trainer.rollout_server" in sys.modules:
-            sys.modules["grpo_trainer.rollout_server"].discard_unused()
+            sys.modules["grpo_trainer.startup.agent_loop"].discard_unused_balancer()
+        if "grpo_trainer.startup.rollout_server" in sys.modules:
+            sys.modules["grpo_trainer.startup.rollout_server"].discard_unused()
         if not self._warm_agent_workers:
             return super().init_agent_loop_manager()
-        from grpo_trainer.agent_loop import WarmAgentLoopManager
+        from grpo_trainer.startup.agent_loop import WarmAgentLoopManager
 
         self.agent_loop_manager = WarmAgentLoopManager.create(
             config=self.config,
@@ -82,7 +82,7 @@ def start_rollout_servers(plan: Preload) -> None:
             print(f"{NO_EARLY_SERVERS_LINE}not exactly one alive node offers {plan.early_servers.gpus_per_node} "
                   f"GPUs{f' and {actor_resource}' if actor_resource else ''}", flush=True)
             return
-        from grpo_trainer import rollout_server
+        from grpo_trainer.startup import rollout_server
 
         names = rollout_server.prestart(plan.early_servers, node)
         print(f"{EARLY_SERVERS_LINE}{', '.join(names)} on node {node}", flush=True)

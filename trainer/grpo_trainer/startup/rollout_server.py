@@ -1,4 +1,4 @@
-"""verl's vLLM rollout servers, their processes started while the actor's model loads (grpo_trainer.early_servers).
+"""verl's vLLM rollout servers, started while the actor's model loads (grpo_trainer.startup.early_servers).
 
 `prestart` (the TaskRunner's constructor) creates each planned server as an actor of `GrpoVLLMHttpServer`,
 verl's vLLMHttpServer whose constructor does nothing: its process starts and imports vLLM at once, with
@@ -21,8 +21,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from verl.plugin.platform import get_platform
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
-from grpo_trainer.early_servers import EarlyServers, asked_options, early_options, options_mismatch
-from grpo_trainer.ray_names import wait_until_free
+from grpo_trainer.startup.early_servers import EarlyServers, asked_options, early_options, options_mismatch
+from grpo_trainer.startup.ray_names import wait_until_free
 
 log = logging.getLogger(__name__)
 

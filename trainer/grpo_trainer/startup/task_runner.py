@@ -9,9 +9,9 @@ rollout servers. On the H200 machine each of those imports takes seconds to tens
 
 grpo-train used to convert the data before calling run_ppo. Now `run_ppo` gets an `EarlyTaskRunner`:
 its `.remote()` creates the actor right after Ray starts and only then prepares the data in the
-driver, while the actor's process starts; where it can, grpo_trainer.ray_start starts Ray and creates the
+driver, while the actor's process starts; where it can, grpo_trainer.startup.ray_start starts Ray and creates the
 actor before the driver even imports verl, and `.remote()` hands run_ppo that actor. The actor's constructor
-(`GrpoTaskRunnerV1`, built in the actor by grpo_trainer.task_runner_host) does the preparation verl's `run`
+(`GrpoTaskRunnerV1`, built in the actor by grpo_trainer.startup.task_runner_host) does the preparation verl's `run`
 would do first, so the two overlap:
 
 - imports the trainer class for `trainer.v1.trainer_mode`, its agent loop and TransferQueue;
@@ -26,10 +26,10 @@ starting) is the error `run` would have raised, reported before the data is read
 Two more start-up processes are started earlier than verl starts them (bench/gpu/RESULTS.md, issue 17.3):
 
 - TransferQueue: an actor of the driver's starts its controller and storage units right after the TaskRunner
-  actor is created, while the TaskRunner's own process starts (grpo_trainer.transfer_queue_start). The
+  actor is created, while the TaskRunner's own process starts (grpo_trainer.startup.transfer_queue_start). The
   constructor's `transfer_queue.init` then finds the controller and connects, as verl's `run` does; if
   it was not started early, the constructor starts it itself, as before.
-- verl's agent-loop workers and their request load balancer (grpo_trainer.agent_loop): their processes
+- verl's agent-loop workers and their request load balancer (grpo_trainer.startup.agent_loop): their processes
   start at the end of the constructor and get verl's constructor arguments (the balancer: the rollout
   servers) once the rollout servers are up.
 - the rollout server's module in the warm load balancer (`import_in_actor`): handing it the servers makes
@@ -38,7 +38,7 @@ Two more start-up processes are started earlier than verl starts them (bench/gpu
   "ready to fit", off the path to step 1; the warm one is handed its servers on that path (5-6 s on the
   H200 machine between "LLMServerManager" and "checkpoint engine manager initialized", issue 17.3), so it
   imports the module while it waits instead. GRPO_WARM_SERVER_IMPORT=0: not imported early.
-- the training rollout's vLLM server actors (grpo_trainer.early_servers, grpo_trainer.rollout_server): verl
+- the training rollout's vLLM server actors (grpo_trainer.startup.early_servers and .rollout_server): verl
   creates them after the actor's model is loaded and each then imports vLLM (24-26 s on the H200 machine);
   they start in the constructor instead, right after its imports (vLLM's among them) and TransferQueue's
   connection, where their name and node are already known; any verl does not ask for are removed once its
@@ -56,12 +56,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_trainer.early_servers import EarlyServers, plan_early_servers
+from grpo_trainer.startup.early_servers import EarlyServers, plan_early_servers
 
 log = logging.getLogger(__name__)
 
-# "0": TransferQueue, the agent-loop workers, the rollout servers and Ray (grpo_trainer.ray_start) start when verl
-# starts them
+# "0": TransferQueue, the agent-loop workers, the rollout servers and Ray (grpo_trainer.startup.ray_start) start
+# when verl starts them
 WARM_START_ENV = "GRPO_WARM_START"
 PREPARED_LINE = "grpo-train: task runner prepared: "
 
@@ -74,11 +74,11 @@ class Preload:
     trainer_mode: str | None  # verl.trainer.ppo.v1.get_trainer_cls(mode); None for the v0 trainer
     rollout_engine: str | None  # verl.workers.rollout.replica.get_rollout_replica_class(name)
     transfer_queue: dict[str, Any] | None  # transfer_queue.init(...) settings; None: not started early
-    agent_loop_workers: int = 0  # verl's agent-loop workers to start early (grpo_trainer.agent_loop); 0: none
+    agent_loop_workers: int = 0  # verl's agent-loop workers to start early (grpo_trainer.startup.agent_loop); 0: none
     full_determinism: bool = False  # actor_rollout_ref.rollout.full_determinism, for the early load balancer
-    transfer_queue_early: bool = True  # started beside the TaskRunner (grpo_trainer.transfer_queue_start)
+    transfer_queue_early: bool = True  # started beside the TaskRunner (grpo_trainer.startup.transfer_queue_start)
     warm_server_import: bool = True  # the warm load balancer imports the rollout server's module early
-    early_servers: EarlyServers | None = None  # vLLM rollout servers started early (grpo_trainer.rollout_server)
+    early_servers: EarlyServers | None = None  # vLLM servers started early (grpo_trainer.startup.rollout_server)
     early_servers_skipped: str = ""  # why none are, when early_servers is None
 
 
@@ -155,7 +155,7 @@ def run_preload(plan: Preload) -> dict[str, float]:
 
 def join_transfer_queue(plan: Preload) -> dict[str, float]:
     """`transfer_queue.init` with the plan's settings, as verl's `run` calls it: joins the TransferQueue started
-    beside the TaskRunner once its starter has answered (grpo_trainer.transfer_queue_start), or starts it if
+    beside the TaskRunner once its starter has answered (grpo_trainer.startup.transfer_queue_start), or starts it if
     that start failed or never was; returns the seconds it took."""
     if plan.transfer_queue is None:
         return {}
@@ -163,7 +163,7 @@ def join_transfer_queue(plan: Preload) -> dict[str, float]:
 
     start = time.monotonic()
     if plan.transfer_queue_early:
-        from grpo_trainer.transfer_queue_start import await_starter
+        from grpo_trainer.startup.transfer_queue_start import await_starter
 
         await_starter(plan.transfer_queue)
     import transfer_queue as tq
@@ -209,7 +209,7 @@ class EarlyTaskRunner:
     The actor is created with `default_options` (and the options run_ppo adds), given `init_args`, and
     `on_created` runs (TransferQueue is started beside it); then `before_run` runs in the driver
     while the actor starts, and the handle goes back to run_ppo. `create` makes the actor before run_ppo
-    asks for it, once Ray is up (grpo_trainer.ray_start); run_ppo then gets that same actor.
+    asks for it, once Ray is up (grpo_trainer.startup.ray_start); run_ppo then gets that same actor.
     """
 
     actor_class: Any
@@ -230,7 +230,7 @@ class EarlyTaskRunner:
         return self.handle
 
     def discard(self) -> None:
-        """Removes the actor created early, so run_ppo creates a new one (grpo_trainer.ray_start)."""
+        """Removes the actor created early, so run_ppo creates a new one (grpo_trainer.startup.ray_start)."""
         if self.handle is not None:
             import ray
 

@@ -5,7 +5,7 @@ verl 0.9.1's `run_ppo` starts Ray only once the driver has imported verl (torch,
 (17-19 s) before the run can begin: one after the other. grpo-train starts Ray with the runtime_env verl would
 give it, and creates the TaskRunner, first; the driver's imports, verl's validation and the data preparation
 then run while the TaskRunner's process starts. `run_ppo` finds Ray initialized and gets the actor already
-created (grpo_trainer.task_runner.EarlyTaskRunner.create).
+created (grpo_trainer.startup.task_runner.EarlyTaskRunner.create).
 
 The runtime_env is verl's `get_ppo_ray_runtime_env`, and computing it imports torch. `ppo_runtime_env` is our
 reading of it for the configs where torch plays no part (`early_start_blockers` names the others, which start
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_trainer.task_runner import WARM_START_ENV, EarlyTaskRunner
-from grpo_trainer.transfer_queue_start import stop_transfer_queue
+from grpo_trainer.startup.task_runner import WARM_START_ENV, EarlyTaskRunner
+from grpo_trainer.startup.transfer_queue_start import stop_transfer_queue
 
 # verl/__init__.py sets this default before anything imports Ray (Ray reads it once, at import): under `uv run`,
 # Ray's uv hook would rewrite verl's working_dir=None and fail in ray.init. grpo-train imports Ray before verl
