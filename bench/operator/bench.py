@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,17 +365,11 @@ def phases_and_event_reasons(namespace: str) -> tuple[dict[str, int], dict[str, 
     """(GRPOJobs per phase now, the Events on GRPOJobs per reason) in the burst's namespace."""
     custom, core = client.CustomObjectsApi(API), client.CoreV1Api(API)
     items = custom.list_namespaced_custom_object("grpo.dev", "v1alpha1", namespace, "grpojobs")["items"]
-    phases = tally((i.get("status") or {}).get("phase") or "-" for i in items)
+    phases = Counter((i.get("status") or {}).get("phase") or "-" for i in items)
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.kind=GRPOJob").items
-    reasons = tally(e.reason or "-" for e in events for _ in range(e.count or 1))
+    reasons = Counter(e.reason or "-" for e in events for _ in range(e.count or 1))
     return phases, reasons
 
-
-def tally(keys: Iterable[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for key in keys:
-        counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def rss_with_jobs(cluster: LocalCluster, operator: OperatorProcess, jobs: int) -> tuple[int, int]:

@@ -77,20 +77,21 @@ def logs_of(name: str, namespace: str) -> dict[str, str]:
     }
 
 
-# What observe_rayjob reads of a RayJob's status (a unit test records its reads and holds it to these).
-_RAYJOB_STATUS_READ = ("jobDeploymentStatus", "rayClusterName", "startTime", "endTime", "failed", "reason", "message")
+# What observe_rayjob reads of a RayJob, by part (a unit test records its reads and holds it to these), and the
+# name and uid that say which RayJob it is: both the slim copy mirroring keeps and the inputs it compares.
+_RAYJOB_READ = {
+    "metadata": ("namespace", "name", "uid"),
+    "spec": ("ttlSecondsAfterFinished",),
+    "status": ("jobDeploymentStatus", "rayClusterName", "startTime", "endTime", "failed", "reason", "message"),
+}
 
 
 def slim_rayjob(rayjob: dict) -> dict:
     """The part of a RayJob that `observe_rayjob` reads: what mirroring keeps of an event while it waits for the
     job's lock (a whole RayJob, managedFields and KubeRay's copy of the cluster's status included, is ~15 KB of
     JSON and several times that parsed; a burst's worth of them waiting was the operator's memory peak)."""
-    meta, spec, status = rayjob.get("metadata") or {}, rayjob.get("spec") or {}, rayjob.get("status") or {}
-    return {
-        "metadata": {k: meta[k] for k in ("namespace", "name", "uid") if k in meta},
-        "spec": {k: spec[k] for k in ("ttlSecondsAfterFinished",) if k in spec},
-        "status": {k: status[k] for k in _RAYJOB_STATUS_READ if k in status},
-    }
+    parts = {part: rayjob.get(part) or {} for part in _RAYJOB_READ}
+    return {part: {k: parts[part][k] for k in keys if k in parts[part]} for part, keys in _RAYJOB_READ.items()}
 
 
 def rayjob_inputs(rayjob: dict | None) -> tuple:
@@ -100,13 +101,7 @@ def rayjob_inputs(rayjob: dict | None) -> tuple:
     into `rayClusterStatus`); mirroring skips the events that change none of this (mirror.py)."""
     if rayjob is None:
         return ()
-    status = rayjob.get("status") or {}
-    return (
-        (rayjob.get("metadata") or {}).get("namespace"),
-        (rayjob.get("metadata") or {}).get("uid"),
-        bool((rayjob.get("spec") or {}).get("ttlSecondsAfterFinished")),
-        *(status.get(k) for k in _RAYJOB_STATUS_READ),
-    )
+    return tuple((rayjob.get(part) or {}).get(k) for part, keys in _RAYJOB_READ.items() for k in keys)
 
 
 def observe_new_rayjob(name: str, namespace: str, export_enabled: bool, rehearsal: bool = False) -> Observation:

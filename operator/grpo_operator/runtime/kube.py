@@ -325,14 +325,18 @@ async def create_if_absent(body: dict) -> bool:
     return True
 
 
-async def get(kind: str, namespace: str, name: str, client: Client | None = None) -> dict | None:
-    """The object, None when there is none; `client`: another than the handlers' (the leader election's)."""
+async def _get_or_none(path: str, client: Client | None) -> dict | None:
     try:
-        return await (client or api()).request("GET", RESOURCES[kind].path(namespace, name))
+        return await (client or api()).request("GET", path)
     except ApiError as exc:
         if exc.status == 404:
             return None
         raise
+
+
+async def get(kind: str, namespace: str, name: str, client: Client | None = None) -> dict | None:
+    """The object, None when there is none; `client`: another than the handlers' (the leader election's)."""
+    return await _get_or_none(RESOURCES[kind].path(namespace, name), client)
 
 
 async def exists(kind: str, namespace: str, name: str) -> bool:
@@ -341,12 +345,7 @@ async def exists(kind: str, namespace: str, name: str) -> bool:
 
 async def get_crd(name: str, client: Client | None = None) -> dict | None:
     """A CustomResourceDefinition (cluster-scoped), None when it is not installed."""
-    try:
-        return await (client or api()).request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-    except ApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return await _get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", client)
 
 
 # Every GRPOJob version the watch delivered or a write of ours answered with (job_cache.py says why that is
