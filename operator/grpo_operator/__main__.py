@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     namespaces = args.namespace or list(settings.namespaces)
 
     import grpo_operator.reconcile  # noqa: F401  registers the handlers
+    from grpo_operator.reconcile import startup
+
+    startup.serve_namespaces(namespaces)
 
     kopf_settings = kopf.OperatorSettings()
     # Named namespaces need no cluster-wide view: without scanning, kopf serves exactly those and the

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import kopf
 from pydantic import ValidationError
 
 from grpo_operator.plan import PlanError
@@ -95,6 +94,6 @@ async def check_storage(namespace: str, name: str) -> None:
         conditions = merge_conditions(status.get("conditions") or [], (update,), status.get("observedGeneration"))
         await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
         if update.status == "False":
-            kopf.warn(job, reason="ClaimNotBound", message=update.message)
+            events.warn(job, reason="ClaimNotBound", message=update.message)
     if not storage.every_claim_bound(facts):
         check_storage_later(namespace, name)

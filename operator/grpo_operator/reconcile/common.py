@@ -14,7 +14,7 @@ from grpo_operator.plan import Plan, plan
 from grpo_operator.reconcile.children import Child, creation_waves
 from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions
 from grpo_operator.render.preflight_job import rendered_digest
-from grpo_operator.runtime import kube
+from grpo_operator.runtime import events, kube
 from grpo_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings.from_env()
@@ -67,7 +67,7 @@ async def refuse(job: dict, reason: str, message: str) -> None:
     ):
         return
     await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), "Invalid", updates)
-    kopf.warn(job, reason=reason, message=message)
+    events.warn(job, reason=reason, message=message)
 
 
 

@@ -18,8 +18,6 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from grpo_operator import kuberay
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, with_checkpoint_claim
@@ -31,7 +29,7 @@ from grpo_operator.reconcile.lifecycle import spec_digests
 from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
 from grpo_operator.render import render_checkpoint_pvc, render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
-from grpo_operator.runtime import kube
+from grpo_operator.runtime import events, kube
 
 UNREAD: Any = object()
 
@@ -122,7 +120,7 @@ async def _refuse(job: dict, result: preflight.Outcome) -> None:
     fields = {"preflight": preflight.preflight_status(wanted["jobName"], wanted["digest"], result)}
     await write_status(meta["namespace"], meta["name"], status, status.get("observedGeneration"), "Invalid",
                        updates, fields)
-    kopf.warn(job, reason="PreflightFailed", message=result.message)
+    events.warn(job, reason="PreflightFailed", message=result.message)
 
 
 async def start(job: dict, result: preflight.Outcome) -> None:
@@ -162,8 +160,8 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
         await refuse(job, UNSUPPORTED_KUBERAY, exc.message)
         raise
     if created:
-        kopf.event(job, type="Normal", reason="Created",
-                   message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
+        events.post(job, type="Normal", reason="Created",
+                    message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))
     initial = observe_new_rayjob(plan.names.rayjob, plan.names.namespace, plan.exports, plan.rehearsal)
     if not status.get("rayJobName"):
         await write_status(namespace, name, status, status.get("observedGeneration"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
 from grpo_operator import kuberay, metrics
@@ -36,7 +35,7 @@ from grpo_operator.reconcile.status import ConditionUpdate, now
 from grpo_operator.render import render_rayjob
 from grpo_operator.render.guardrails import KL_COEF_KEY, LEARNING_RATE_KEY, Settings, attempt_of, with_rollback
 from grpo_operator.render.verl_config import verl_config
-from grpo_operator.runtime import kube
+from grpo_operator.runtime import events, kube
 
 log = logging.getLogger("grpo_operator.guardrails")
 ACTIVE_PHASES = ("Pending", "Running")
@@ -104,11 +103,11 @@ async def act_on_guardrails(namespace: str, name: str) -> None:
                        {"guardrails": guardrails})
     for trip, outcome in decision.trips:
         metrics.GUARDRAIL_TRIPS.labels(detector=trip.detector, outcome=outcome.value).inc()
-        kopf.event(job, type="Warning", reason="GuardrailTripped", message=trip.describe())
+        events.post(job, type="Warning", reason="GuardrailTripped", message=trip.describe())
     if decision.act is Act.NONE:
         return
     tripped = conditions[0]
-    kopf.event(job, type="Warning", reason=f"Guardrail{tripped.reason}", message=tripped.message)
+    events.post(job, type="Warning", reason=f"Guardrail{tripped.reason}", message=tripped.message)
     log.warning("%s/%s: %s", namespace, name, tripped.message)
     # Background propagation: the RayCluster and its pods go after the RayJob (kube.delete).
     await kube.delete("RayJob", namespace, plan.names.rayjob)
@@ -150,8 +149,8 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
             # A job from before spec.security existed is a token job now; on a KubeRay without authOptions its
             # new attempt cannot start. Said on the job; the caller's retry starts it once KubeRay is upgraded.
             COMPAT.unsupported(exc)
-            kopf.warn(job, reason=UNSUPPORTED_KUBERAY,
-                      message=f"attempt {rollback.attempt} cannot start: {exc.message}")
+            events.warn(job, reason=UNSUPPORTED_KUBERAY,
+                        message=f"attempt {rollback.attempt} cannot start: {exc.message}")
             raise
     # else: this attempt's RayJob exists already (created, then the status write below was lost): record it
     started = [*record.rollbacks[:-1], {**pending, "started": True}]
@@ -163,7 +162,7 @@ async def start_pending_attempt(namespace: str, name: str) -> bool:
         (ConditionUpdate("Ready", "False", "RayJobInitializing", message),),
         {"guardrails": {"attempt": rollback.attempt, "rollbacks": started}, "restarts": 0},
     )
-    kopf.event(job, type="Normal", reason="GuardrailAttemptStarted", message=message)
+    events.post(job, type="Normal", reason="GuardrailAttemptStarted", message=message)
     return True
 
 

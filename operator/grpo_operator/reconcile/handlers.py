@@ -46,7 +46,7 @@ from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
 from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
 from grpo_operator.render.preflight_job import rendered_digest
-from grpo_operator.runtime import kube, priority
+from grpo_operator.runtime import events, kube, priority
 from grpo_operator.runtime.lookups import SharedLookups, always
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
@@ -198,7 +198,7 @@ async def create(job: dict) -> None:
 
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             message = "created " + ", ".join(f"{kind} {child}" for kind, child in created)
-            kopf.event(job, type="Normal", reason="Created", message=message)
+            events.post(job, type="Normal", reason="Created", message=message)
         if not job_spec.preflight.enabled:
             await _started_without_preflight(job, job_plan)
         _SETTLED.add(meta.get("uid", ""))
@@ -213,7 +213,7 @@ async def create(job: dict) -> None:
             name,
             SETTINGS.error_retry_seconds,
         )
-        kopf.warn(job, reason="CreateFailed", message=f"{exc}; trying again in {SETTINGS.error_retry_seconds:.0f}s")
+        events.warn(job, reason="CreateFailed", message=f"{exc}; trying again in {SETTINGS.error_retry_seconds:.0f}s")
         _retry_later(namespace, name, SETTINGS.error_retry_seconds)
         return
     finally:
@@ -287,7 +287,7 @@ async def apply_edit(job: dict) -> None:
                 raise
     ignored = [f for f in edited if f not in FORWARDED_FIELDS]
     if ignored:
-        kopf.warn(
+        events.warn(
             job,
             reason="SpecChangeNotApplied",
             message=f"{', '.join(ignored)} changed after the job started; the running job keeps the spec it was "
@@ -448,8 +448,8 @@ async def _nodes(job: dict, job_plan: Plan) -> list[NodeView] | None:
     except kube.ApiError as exc:
         if exc.status != 403:
             raise
-        kopf.warn(job, reason="NodesUnreadable", message="the operator may not list nodes (chart value "
-                  "rbac.nodes): pool capacity and GPU memory are not checked")
+        events.warn(job, reason="NodesUnreadable", message="the operator may not list nodes (chart value "
+                    "rbac.nodes): pool capacity and GPU memory are not checked")
         return None
     return list({view.name: view for views in found for view in views}.values())
 

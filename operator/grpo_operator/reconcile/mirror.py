@@ -31,26 +31,46 @@ from grpo_operator.reconcile.status import (
 )
 from grpo_operator.render import render_export_job
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
-from grpo_operator.runtime import kube
+from grpo_operator.runtime import events, kube
 from grpo_operator.runtime.per_generation import PerGeneration
+from grpo_operator.runtime.watch import ChildWatch
 
 log = logging.getLogger("grpo_operator")
 _CHILD_SELECTOR = {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT}
 
 
-@kopf.on.event("ray.io", "v1", "rayjobs", labels=_CHILD_SELECTOR)
-async def rayjob_event(event: dict, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    # The event carries the RayJob: no need to read it again (one GET less per KubeRay update).
-    if event.get("type") != "DELETED" and not body.get("status"):
+def rayjob_event(kind: str, rayjob: dict) -> None:
+    """A RayJob watch event (runtime/watch.py: kopf is not involved, each event costs a decode and this).
+
+    The event carries the RayJob: no need to read it again. What waits for the job's lock is its slim part,
+    keyed by the job, so the body goes at once."""
+    meta = rayjob.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(JOB_LABEL)
+    if not job:
+        return  # the watch selects on the label; kept for a relabelled RayJob's stub
+    if kind != "DELETED" and not rayjob.get("status"):
         return  # KubeRay has not started on it: reconcile wrote the status such a RayJob gives
-    rayjob = None if event.get("type") == "DELETED" else slim_rayjob(dict(body))
-    _PENDING.submit((namespace, labels[JOB_LABEL]), rayjob)
+    _PENDING.submit((meta.get("namespace", ""), job), None if kind == "DELETED" else slim_rayjob(rayjob))
+
+
+def watch_rayjobs(namespaces: tuple[str, ...], selector: str, server_timeout: int) -> list[asyncio.Task]:
+    """The RayJob watches (one per namespace served, or one of the whole cluster), feeding `rayjob_event`."""
+    resource = kube.RESOURCES["RayJob"]
+
+    async def run(watch: ChildWatch) -> None:
+        with kube.call_site("rayjob-watch"):
+            await watch.run_forever()
+
+    loop = asyncio.get_running_loop()
+    return [loop.create_task(run(ChildWatch(kube.api(), resource.collection(namespace), selector, rayjob_event,
+                                            server_timeout=server_timeout)), name=f"RayJob watch {namespace or '*'}")
+            for namespace in (namespaces or (None,))]
 
 
 class _PendingMirrors:
     """Per job, the newest RayJob event not yet mirrored (its slim part) and the one task mirroring it.
 
-    The handler returns at once, so kopf's worker lets the event's body go instead of holding it while the job's
+    The handler returns at once, so the watch lets the event's body go instead of holding it while the job's
     lock is taken (in a burst, by the job's creation waiting for its first status write behind later jobs'
     creates: a thousand RayJob bodies waited there, the operator's peak memory). Events that arrive meanwhile
     replace the waiting one: what a GET would return after the wait is the newest, not each state between."""
@@ -180,11 +200,11 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         fields,
     )
     if restarted is not None:
-        kopf.event(job, type="Warning", reason=restarted.reason, message=restarted.message)
+        events.post(job, type="Warning", reason=restarted.reason, message=restarted.message)
     if observation.finished:
         metrics.observe_completion(job["metadata"].get("creationTimestamp"), observation.phase)
     if observation.phase != status.get("phase") and observation.phase not in _PHASES_WITHOUT_AN_EVENT:
-        kopf.event(
+        events.post(
             job,
             type="Warning" if observation.phase == "Failed" else "Normal",
             reason=observation.ready.reason,
@@ -240,7 +260,7 @@ async def _export(job: dict, job_spec: GRPOJobSpec, job_plan: Plan) -> Observati
         body = render_export_job(job_spec, job_plan, step)
         kopf.adopt(body, owner=job)
         if await kube.create_if_absent(body):
-            kopf.event(job, type="Normal", reason="Created", message=f"created converter Job {export_name}")
+            events.post(job, type="Normal", reason="Created", message=f"created converter Job {export_name}")
         existing = await kube.get("Job", namespace, export_name)
     finished = any(
         c.get("status") == "True" and c.get("type") in ("Complete", "Failed")

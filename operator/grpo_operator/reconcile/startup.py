@@ -9,24 +9,33 @@ from typing import Any
 import kopf
 
 from grpo_operator import metrics
+from grpo_operator.reconcile import mirror
 from grpo_operator.reconcile.binding import STORAGE_CHECKS
 from grpo_operator.reconcile.common import SETTINGS
 from grpo_operator.reconcile.compat import COMPAT
 from grpo_operator.reconcile.handlers import RETRIES
 from grpo_operator.render.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY, OPERATOR_NAME
-from grpo_operator.runtime import diffbase, kube, memory
+from grpo_operator.runtime import diffbase, events, kube, memory
 
 log = logging.getLogger("grpo_operator")
 
-# Server-side label selectors of the child watches, the same filters the child handlers declare.
+# Server-side label selectors of the child watches, the same filters the child handlers declare: kopf's watch of
+# Jobs, and the operator's own watch of RayJobs (mirror.watch_rayjobs: KubeRay's status churn, without kopf).
+RAYJOBS = ("ray.io", "rayjobs")
 WATCH_SELECTORS: dict[tuple[str, str], str] = {
     ("ray.io", "rayjobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL}",
     ("batch", "jobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL},{COMPONENT_LABEL} in (export,preflight)",
 }
 
 
-# Tasks the startup handler starts and the cleanup handler stops (the heap trim).
+# Tasks the startup handler starts and the cleanup handler stops (the RayJob watches, the heap trim).
 _background: list[asyncio.Task] = []
+# The namespaces the operator serves (empty: the whole cluster), as kopf is told them (__main__).
+_served: list[str] = []
+
+
+def serve_namespaces(namespaces: list[str]) -> None:
+    _served[:] = namespaces
 
 
 @kopf.on.startup()
@@ -37,7 +46,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # kopf turns its own per-object log lines (and kopf.info) into Events at this level; at INFO that
     # is a "Handler 'reconcile' succeeded." Event per job beside our own Created Event (one request
     # more per job in a burst). Warnings and errors (a failing handler) still become Events, and
-    # kopf.event (our Normal Events) is posted at any level.
+    # our own Events go through our client (runtime/events.py), not kopf's poster.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -45,7 +54,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Watch only our children, filtered by the apiserver: KubeRay's submitter Jobs (one per RayJob),
     # other teams' RayJobs and every other Job in the cluster were parsed by kopf only to be dropped.
     for resource, selector in WATCH_SELECTORS.items():
-        settings.watching.label_selectors[resource] = selector
+        if resource != RAYJOBS:
+            settings.watching.label_selectors[resource] = selector
     # kopf keeps a worker per object, holding its latest body, for this long after its last event;
     # at kopf's 5 s every object of a burst or a restart is held at once (bench/operator/RESULTS.md).
     settings.batching.idle_timeout = SETTINGS.worker_idle_seconds
@@ -57,6 +67,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
     kube.configure(kube.Client(login, max_connections=SETTINGS.max_connections))
     await _check_kuberay()
+    _background.extend(mirror.watch_rayjobs(tuple(_served), WATCH_SELECTORS[RAYJOBS],
+                                            int(settings.watching.server_timeout or 300)))
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
     trimming = memory.start_trimming(SETTINGS.heap_trim_seconds)
     if trimming is not None:
@@ -78,10 +90,12 @@ async def _check_kuberay() -> None:
 
 @kopf.on.cleanup()
 async def close_client(**_: Any) -> None:
+    await events.flush()
     RETRIES.cancel_all()
     STORAGE_CHECKS.cancel_all()
     for task in _background:
         task.cancel()
+    _background.clear()
     await kube.api().close()
 
 

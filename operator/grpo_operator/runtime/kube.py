@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ import kopf
 
 from grpo_operator import __version__, metrics
 from grpo_operator.runtime.job_cache import JobCache
+from grpo_operator.runtime.lines import lines_of
 from grpo_operator.runtime.priority import REQUEST_PRIORITY, PriorityGate
 
 GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
@@ -103,6 +104,13 @@ class Resource:
             if subresource is not None:
                 parts.append(subresource)
         return "/".join(parts)
+
+    def collection(self, namespace: str | None) -> str:
+        """The path listing (and watching) one namespace's objects, or the whole cluster's with None."""
+        if namespace is not None:
+            return self.path(namespace)
+        root = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        return f"{root}/{self.plural}"
 
 
 RESOURCES: dict[str, Resource] = {
@@ -287,6 +295,23 @@ class Client:
                 error = exc
             log.debug("%s %s: %s; retry %d in %.2f s", method, path, error, attempt, delay)
             await asyncio.sleep(delay)
+
+    async def stream_lines(self, path: str, params: Mapping[str, str], read_timeout: float) -> AsyncIterator[bytes]:
+        """A watch's body, line by line, until the server ends it. Outside the request gate: a watch holds its
+        connection for minutes and must not take a slot the handlers' requests wait for. An error answer is
+        raised (ApiError); the caller decides how to resume."""
+        session = self._session or await self._connect()
+        site = CALL_SITE.get()
+        metrics.count_api_request("watch", request_kind("GET", path)[1], site)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=read_timeout)
+        async with session.get(self._server + path, params=params, timeout=timeout,
+                               headers={"User-Agent": user_agent(site)}) as response:
+            if response.status == 401:
+                await self._connect(stale=session)  # a rotated token: the caller's retry logs in again
+            if response.status >= 300:
+                raise error_from(response.status, await response.text())
+            async for line in lines_of(response.content.iter_any()):
+                yield line
 
 
 def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
