@@ -18,7 +18,7 @@ from grpo_operator.reconcile import storage
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
 from grpo_operator.reconcile.status import merge_conditions
-from grpo_operator.runtime import kube
+from grpo_operator.runtime import events, kube
 from grpo_operator.runtime.lookups import SharedLookups, always
 from grpo_operator.runtime.per_generation import PerGeneration
 
@@ -84,9 +84,9 @@ async def check_storage(namespace: str, name: str) -> None:
     now = datetime.now(UTC)
     for (claim, field), found in zip(watched.items(), facts, strict=True):
         if found is not None and found.phase != "Bound":
-            events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=always)
-            problem = storage.unbound(claim, field, found, events.get(claim, []), seconds_since(found.created, now),
-                                      SETTINGS.claim_provisioning_grace_seconds)
+            claim_events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=always)
+            problem = storage.unbound(claim, field, found, claim_events.get(claim, []),
+                                      seconds_since(found.created, now), SETTINGS.claim_provisioning_grace_seconds)
             if problem is not None:
                 problems.append(problem)
     update = storage.storage_condition(problems, storage.reported_unbound(status))
