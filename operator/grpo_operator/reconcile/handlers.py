@@ -69,21 +69,81 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
     metrics.record_spec(namespace, name, job.get("spec") or {})
     if (job.get("status") or {}).get("phase"):
         metrics.record_phase(namespace, name, job["status"]["phase"])
-    action = next_action(job, listing=event.get("type") is None)
+    listing = event.get("type") is None
+    action = next_action(job, listing=listing)
     if action is Action.CREATE and uid in _SETTLED and not (job.get("status") or {}).get("phase"):
         return  # a body from before our own status write reached us: the children exist
+    if action in _SLOTTED:
+        WAITING.submit(key, listing)  # returns at once: kopf lets the body go, the job waits as its key
+        return
     if action is not Action.NONE:
-        async with _slot(action), JOB_LOCKS.hold(key):
+        async with JOB_LOCKS.hold(key):
             with kube.call_site(action.value):
                 await ACTIONS[action](job)
+    await _look_at_guardrails(job)
+
+
+async def _look_at_guardrails(job: dict) -> None:
     if guardrail_actions.worth_a_look(job):
-        async with JOB_LOCKS.hold(key), kube.call_site("guardrails"):
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        async with JOB_LOCKS.hold((namespace, name)), kube.call_site("guardrails"):
             try:
                 await guardrail_actions.act_on_guardrails(namespace, name)
             except Exception:
                 # kopf drops a watch handler's exception; the trainer holds, so the next look acts.
                 log.exception("acting on the guardrails of %s/%s failed; trying again", namespace, name)
                 _retry_guardrails_later(namespace, name)
+
+
+class _WaitingForSlots:
+    """Jobs whose create or resync waits for one of the slots, each as its key and nothing more.
+
+    Held by kopf's handler, each waiting job kept its event's body and kopf's per-event objects (a worker task,
+    Body, Patch, loggers), ~50 KB a job: in a 1000-job burst with 64 slots that was the operator's memory peak
+    (bench/operator/RESULTS.md). The handler returns instead, and once a slot is free the job's newest version
+    (the process's JobCache: the event's, or a later one) decides again what it needs: a job edited while it
+    waited is created as edited, one deleted meanwhile is not. A second event while a job waits adds nothing
+    but whether it came from a (re)listing, which asks for a resync."""
+
+    def __init__(self) -> None:
+        self._listing: dict[tuple[str, str], bool] = {}
+        self._tasks: dict[tuple[str, str], asyncio.Task] = {}
+
+    def submit(self, key: tuple[str, str], listing: bool) -> None:
+        self._listing[key] = self._listing.get(key, False) or listing
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.get_running_loop().create_task(self._act(key), name=f"slot for {key}")
+
+    async def _act(self, key: tuple[str, str]) -> None:
+        try:
+            while key in self._listing:  # an event that came while the job acted: look again
+                async with _held_slot(), JOB_LOCKS.hold(key):
+                    job = kube.JOBS.get(*key)
+                    listing = self._listing.pop(key)
+                    if job is None:
+                        continue  # deleted while it waited
+                    action = next_action(job, listing=listing)
+                    if action is Action.CREATE and job["metadata"].get("uid") in _SETTLED and not (
+                            job.get("status") or {}).get("phase"):
+                        continue  # created already: this version is from before our status write
+                    if action is not Action.NONE:
+                        with kube.call_site(action.value):
+                            await ACTIONS[action](job)
+                await _look_at_guardrails(job)
+        except Exception:
+            # As kopf did with the handler's error: logged; create() and resync() schedule their own retries.
+            log.exception("acting on %s/%s failed", *key)
+            self._listing.pop(key, None)
+        finally:
+            del self._tasks[key]
+
+    async def idle(self) -> None:
+        """Until no job waits or acts (tests; clean-up)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+
+WAITING = _WaitingForSlots()
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY: OPERATOR_NAME, JOB_LABEL: kopf.PRESENT,

@@ -186,10 +186,12 @@ def _while_the_slots_are_taken(start: Callable[[], Awaitable[None]], created: li
 
 def test_job_queued_for_a_slot_does_not_hold_its_lock(one_slot: list[str], mirrored: list[tuple]) -> None:
     body = {"metadata": {"namespace": KEY[0], "name": KEY[1], "uid": "uid-tiny", "generation": 1}, "spec": {}}
-    seen = _while_the_slots_are_taken(
-        lambda: handlers.grpojob_event(event={"type": "ADDED"}, body=body, namespace=KEY[0], name=KEY[1],
-                                       uid="uid-tiny"),
-        one_slot, mirrored)
+    async def event_and_its_create() -> None:
+        await handlers.grpojob_event(event={"type": "ADDED"}, body=body, namespace=KEY[0], name=KEY[1],
+                                     uid="uid-tiny")
+        await handlers.WAITING.idle()
+
+    seen = _while_the_slots_are_taken(event_and_its_create, one_slot, mirrored)
     assert seen == ["slots taken: created=[], mirrored=1, mirror done=True, path done=False",
                     "slot freed: created=['tiny']"]
 
@@ -230,8 +232,62 @@ def test_a_create_gives_its_slot_back_once_its_children_exist(monkeypatch: pytes
 
     async def scenario() -> None:
         await asyncio.gather(event("first"), event("second"))
+        await handlers.WAITING.idle()
 
     asyncio.run(scenario())
     assert order == ["first created its children", "second created its children", "second wrote its status",
                      "first wrote its status"]
     assert handlers._JOB_SLOTS._value == 1  # given back once, not twice
+
+
+def _job_event(name: str, version: str, spec: dict, kind: str = "ADDED") -> Awaitable[None]:
+    body = {"metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}", "generation": 1,
+                         "resourceVersion": version}, "spec": spec}
+    return handlers.grpojob_event(event={"type": kind}, body=body, namespace="ns", name=name, uid=f"uid-{name}")
+
+
+def test_a_job_waiting_for_a_slot_is_held_as_its_key_and_created_once_as_its_newest_version(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's handler returns while the job waits (its body goes); an edit that arrives meanwhile is what gets
+    created, once."""
+    monkeypatch.setattr(handlers, "_JOB_SLOTS", asyncio.Semaphore(1))
+    created: list[tuple[str, dict]] = []
+
+    async def record(job: dict) -> None:
+        created.append((job["metadata"]["name"], job["spec"]))
+
+    monkeypatch.setitem(handlers.ACTIONS, Action.CREATE, record)
+
+    async def scenario() -> list[bool]:
+        returned = []
+        async with handlers._JOB_SLOTS:
+            for version, spec in (("10", {"model": "a"}), ("11", {"model": "b"})):
+                handler = asyncio.create_task(_job_event("edited", version, spec))
+                done, _ = await asyncio.wait([handler], timeout=30)
+                returned.append(bool(done))
+            assert created == []
+        await handlers.WAITING.idle()
+        return returned
+
+    assert asyncio.run(scenario()) == [True, True]
+    assert created == [("edited", {"model": "b"})]
+    handlers.kube.JOBS.forget("ns", "edited")
+
+
+def test_a_job_deleted_while_it_waits_for_a_slot_is_not_created(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handlers, "_JOB_SLOTS", asyncio.Semaphore(1))
+    created: list[str] = []
+
+    async def record(job: dict) -> None:
+        created.append(job["metadata"]["name"])
+
+    monkeypatch.setitem(handlers.ACTIONS, Action.CREATE, record)
+
+    async def scenario() -> None:
+        async with handlers._JOB_SLOTS:
+            await _job_event("gone", "20", {})
+            await _job_event("gone", "21", {}, kind="DELETED")
+        await handlers.WAITING.idle()
+
+    asyncio.run(scenario())
+    assert created == []
