@@ -71,7 +71,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
         metrics.record_phase(namespace, name, job["status"]["phase"])
     listing = event.get("type") is None
     action = next_action(job, listing=listing)
-    if action is Action.CREATE and uid in _SETTLED and not (job.get("status") or {}).get("phase"):
+    if _created_already(job, action):
         return  # a body from before our own status write reached us: the children exist
     if action in _SLOTTED:
         WAITING.submit(key, listing)  # returns at once: kopf lets the body go, the job waits as its key
@@ -81,6 +81,12 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
             with kube.call_site(action.value):
                 await ACTIONS[action](job)
     await _look_at_guardrails(job)
+
+
+def _created_already(job: dict, action: Action) -> bool:
+    """A phase-less version of a job whose children and first status this process wrote: not a new job."""
+    return (action is Action.CREATE and job["metadata"].get("uid") in _SETTLED
+            and not (job.get("status") or {}).get("phase"))
 
 
 async def _look_at_guardrails(job: dict) -> None:
@@ -123,9 +129,8 @@ class _WaitingForSlots:
                     if job is None:
                         continue  # deleted while it waited
                     action = next_action(job, listing=listing)
-                    if action is Action.CREATE and job["metadata"].get("uid") in _SETTLED and not (
-                            job.get("status") or {}).get("phase"):
-                        continue  # created already: this version is from before our status write
+                    if _created_already(job, action):
+                        continue  # this version is from before our status write
                     if action is not Action.NONE:
                         with kube.call_site(action.value):
                             await ACTIONS[action](job)
@@ -138,7 +143,7 @@ class _WaitingForSlots:
             del self._tasks[key]
 
     async def idle(self) -> None:
-        """Until no job waits or acts (tests; clean-up)."""
+        """Until no job waits or acts (tests)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
 
@@ -386,19 +391,16 @@ _JOB_SLOTS = asyncio.Semaphore(SETTINGS.max_jobs_in_flight)
 _SLOTTED = frozenset({Action.CREATE, Action.RESYNC})
 
 
-def _slot(action: Action) -> contextlib.AbstractAsyncContextManager:
-    """A slot for the actions that need one, always taken before the job's lock and never while holding a
-    lock: a job queued for a slot would otherwise hold its lock the whole wait, and its status mirroring and
-    guardrail retries (a suspend) with it, behind up to every other job's create or resync."""
-    return _held_slot() if action in _SLOTTED else contextlib.nullcontext()
-
-
 _SLOT_RELEASE: ContextVar[Callable[[], None] | None] = ContextVar("grpo_slot_release", default=None)
 
 
 @contextlib.asynccontextmanager
 async def _held_slot() -> AsyncIterator[None]:
-    """One of _JOB_SLOTS until the block ends, or until `_release_slot()` inside it gives it back earlier."""
+    """One of _JOB_SLOTS until the block ends, or until `_release_slot()` inside it gives it back earlier.
+
+    Always taken before the job's lock and never while holding a lock: a job queued for a slot would otherwise hold
+    its lock the whole wait, and its status mirroring and guardrail retries (a suspend) with it, behind up to every
+    other job's create or resync."""
     slots = _JOB_SLOTS
     await slots.acquire()
     held = True

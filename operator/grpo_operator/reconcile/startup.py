@@ -23,7 +23,7 @@ log = logging.getLogger("grpo_operator")
 # Jobs, and the operator's own watch of RayJobs (mirror.watch_rayjobs: KubeRay's status churn, without kopf).
 RAYJOBS = ("ray.io", "rayjobs")
 WATCH_SELECTORS: dict[tuple[str, str], str] = {
-    ("ray.io", "rayjobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL}",
+    RAYJOBS: f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL}",
     ("batch", "jobs"): f"{MANAGED_BY}={OPERATOR_NAME},{JOB_LABEL},{COMPONENT_LABEL} in (export,preflight)",
 }
 

@@ -96,9 +96,12 @@ class Resource:
     version: str
     plural: str
 
+    @property
+    def root(self) -> str:
+        return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+
     def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
-        root = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        parts = [root, "namespaces", namespace, self.plural]
+        parts = [self.root, "namespaces", namespace, self.plural]
         if name is not None:
             parts.append(name)
             if subresource is not None:
@@ -107,10 +110,7 @@ class Resource:
 
     def collection(self, namespace: str | None) -> str:
         """The path listing (and watching) one namespace's objects, or the whole cluster's with None."""
-        if namespace is not None:
-            return self.path(namespace)
-        root = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        return f"{root}/{self.plural}"
+        return self.path(namespace) if namespace is not None else f"{self.root}/{self.plural}"
 
 
 RESOURCES: dict[str, Resource] = {

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from grpo_trainer.startup import transfer_queue_start
+from grpo_trainer.startup.ray_names import name_held
 from grpo_trainer.startup.transfer_queue_start import (
     CONTROLLER_NAME,
     CONTROLLER_NAMESPACE,
@@ -123,20 +124,10 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def _alive(name: str, namespace: str | None = None) -> bool:
-    import ray
-
-    try:
-        ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return False
-    return True
-
-
 def _gone(name: str, namespace: str | None = None, within_s: float = 30.0) -> bool:
     """Killed actors leave the name registry shortly after, not at once."""
     deadline = time.monotonic() + within_s
-    while _alive(name, namespace):
+    while name_held(name, namespace):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -165,7 +156,7 @@ def test_the_task_runner_joins_the_started_transfer_queue_and_data_goes_through_
     start_transfer_queue(settings, {"num_cpus": 0}, one_round=True)
     # what the TaskRunner's constructor does at once (join_transfer_queue): waits for the starter's answer...
     assert await_starter(settings) == "started"
-    assert all(_alive(name) for name in _unit_names())
+    assert all(name_held(name) for name in _unit_names())
     stored = _stored_config()
     assert stored["backend"]["SimpleStorage"]["num_data_storage_units"] == UNITS
     assert stored["backend"]["SimpleStorage"]["total_storage_size"] == CAPACITY
@@ -178,7 +169,7 @@ def test_the_task_runner_joins_the_started_transfer_queue_and_data_goes_through_
         assert got["ids"][0].tolist() == [5, 6, 7]
     finally:
         tq.close()  # the TaskRunner's close at the end of run: its client and the controller
-    assert all(_alive(name) for name in _unit_names())  # the units are the starter's to shut down
+    assert all(name_held(name) for name in _unit_names())  # the units are the starter's to shut down
     stop_transfer_queue()
     assert _nothing_left()
     assert transfer_queue_start._starter == {}
@@ -240,8 +231,8 @@ def test_a_transfer_queue_the_task_runner_started_first_is_left_to_it(
         assert _start_and_wait(settings) == "taken"
         stop_transfer_queue()
         # the starter created nothing, so its stop shut nothing of the TaskRunner's down
-        assert all(_alive(name) for name in _unit_names())
-        assert _alive(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+        assert all(name_held(name) for name in _unit_names())
+        assert name_held(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
     finally:
         tq.close()
     assert all(_gone(name) for name in _unit_names())
@@ -264,8 +255,8 @@ def test_after_a_failed_start_the_task_runner_starts_transfer_queue_itself(
     # join_transfer_queue: the failure is seen, the starter removed with all it made, the names free again
     assert await_starter(settings) == "failed"
     assert _gone(STARTER_NAME)
-    assert not _alive(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
-    assert not any(_alive(name) for name in _unit_names())
+    assert not name_held(CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+    assert not any(name_held(name) for name in _unit_names())
     tq.init(OmegaConf.create(settings))  # verl's own start, in the TaskRunner
     try:
         assert tq.interface._TQ_STORAGE is not None
