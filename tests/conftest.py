@@ -53,8 +53,5 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     workdir: Path = tmp_path_factory.mktemp("devcluster")
     running_seconds = float(os.environ.get(RAY_JOB_SECONDS_ENV, "3"))
     local = LocalCluster(workdir, Ports.free(), ray_job_running_seconds=running_seconds, real_node=REAL_NODE)
-    local.start()
-    try:
+    with local.running_until_exit():
         yield local
-    finally:
-        local.stop()

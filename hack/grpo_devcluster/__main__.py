@@ -5,7 +5,8 @@
                                    (cached); with a running real node, import them into it
                                    (NAME: operator, trainer = its rehearsal variant, trainer-full)
   grpo-devcluster start            start on 127.0.0.1; prints the KUBECONFIG to use
-                                   (--real-node: also the real node beside the KWOK nodes; needs root)
+                                   (--real-node: also the real node beside the KWOK nodes; needs root;
+                                   --cloud: the cloud-like profile, see cloud_profile.py)
   grpo-devcluster stop             stop everything started from GRPO_DEVCLUSTER_DIR
   grpo-devcluster status           which components run
   grpo-devcluster diagnose         why tests may have failed: dead components, pods that are not Running or
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="build: which components (default: all); "
                         "images: which images (default: operator trainer)")
     parser.add_argument("--real-node", action="store_true", help="start: with the real node (containerd + kubelet)")
+    parser.add_argument("--cloud", action="store_true",
+                        help="start: the cloud-like profile (zones, GFD labels, tainted GPU nodes, zonal "
+                        "WaitForFirstConsumer storage; hack/grpo_devcluster/cloud_profile.py)")
     parser.add_argument("--dir", default=None, help=f"working directory (default {default_workdir()})")
     parser.add_argument("--ray-job-seconds", type=float, default=5.0,
                         help="how long simulated Ray jobs report RUNNING before they succeed")
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "start":
             ports = Ports.free() if args.free_ports else None
             LocalCluster(args.dir, ports, ray_job_running_seconds=args.ray_job_seconds,
-                         real_node=args.real_node).start()
+                         real_node=args.real_node, cloud=args.cloud).start()
         elif args.command == "stop":
             cluster = LocalCluster.attach(args.dir)
             ports = list(cluster.ports.owners())

@@ -13,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
-from . import images, kwok_config, leftovers, node_config, pki, processes
+from . import cloud_profile, images, kwok_config, leftovers, node_config, pki, processes
 from . import node as node_mod
 from .build import build_all, cache_root, component_dir, go_version
 from .components import ALL, COREDNS, ETCD, HELM, KUBELET, KUBERAY, KUBERNETES, KWOK
@@ -70,6 +72,7 @@ class State:
     pids: dict[str, int] = field(default_factory=dict)
     # The real node's record of what it changed on the host (node.HostChanges), when one runs.
     node: dict = field(default_factory=dict)
+    cloud: bool = False
 
 
 def default_workdir() -> Path:
@@ -82,7 +85,7 @@ class LocalCluster:
     def __init__(self, workdir: Path | None = None, ports: Ports | None = None,
                  pools: tuple[kwok_config.NodePool, ...] = kwok_config.DEFAULT_POOLS,
                  ray_job_running_seconds: float = 5.0, log=sys.stderr,
-                 apiserver_args: tuple[str, ...] = (), real_node: bool = False) -> None:
+                 apiserver_args: tuple[str, ...] = (), real_node: bool = False, cloud: bool = False) -> None:
         self.workdir = Path(workdir or default_workdir())
         self.ports = ports or Ports()
         self.pools = pools
@@ -91,6 +94,8 @@ class LocalCluster:
         # Extra kube-apiserver flags, e.g. an audit log for the operator benchmark.
         self.apiserver_args = apiserver_args
         self.real_node = real_node
+        # The cloud-like profile (cloud_profile.py): zones, GFD labels, tainted GPU nodes, zonal storage.
+        self.cloud = cloud
         self.node: node_mod.RealNode | None = None
         self._node_changes: dict = {}
         self._pids: dict[str, int] = {}
@@ -173,6 +178,8 @@ class LocalCluster:
             self._start_scheduler()
             self._start_kwok()
             self._seed_cluster()
+            if self.cloud:
+                self._start_zonal_volumes()
             self._start_dashboard_standin()
             self._start_kuberay()
             if self.real_node:
@@ -183,6 +190,15 @@ class LocalCluster:
         print(f"[devcluster] control plane up in {time.monotonic() - started:.1f}s; "
               f"export KUBECONFIG={self.kubeconfig}", file=self.log, flush=True)
         return self
+
+    @contextmanager
+    def running_until_exit(self) -> Iterator[LocalCluster]:
+        """Started on entry, stopped on exit (a fixture's whole life)."""
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         """Stop every component (the real node first, then the rest in reverse order), undo what the node
@@ -228,7 +244,7 @@ class LocalCluster:
         if not state_file.exists():
             raise DevClusterError("devcluster", f"no cluster runs from {workdir}")
         state = State(**json.loads(state_file.read_text()))
-        cluster = cls(workdir, Ports(**state.ports), real_node=bool(state.node))
+        cluster = cls(workdir, Ports(**state.ports), real_node=bool(state.node), cloud=state.cloud)
         cluster._pids = dict(state.pids)
         cluster._node_changes = dict(state.node)
         cluster._resolve_binaries()
@@ -313,7 +329,7 @@ class LocalCluster:
         return started
 
     def _save_state(self) -> None:
-        state = State(str(self.workdir), asdict(self.ports), dict(self._pids), dict(self._node_changes))
+        state = State(str(self.workdir), asdict(self.ports), dict(self._pids), dict(self._node_changes), self.cloud)
         self.state_file.write_text(json.dumps(asdict(state)))
 
     def _tls(self, creds: pki.Pki) -> ssl.SSLContext:
@@ -343,7 +359,7 @@ class LocalCluster:
             f"--tls-cert-file={creds.serving_cert}", f"--tls-private-key-file={creds.serving_key}",
             f"--client-ca-file={creds.ca_cert}",
             # Node: the real node's kubelet acts as system:node:<name>, restricted to its own node and pods.
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={','.join(self.admission_plugins)}",
             f"--kubelet-client-certificate={creds.admin_cert}", f"--kubelet-client-key={creds.admin_key}",
             # The node's address, never its name: a name would be looked up in the host's DNS.
             "--kubelet-preferred-address-types=InternalIP",
@@ -412,9 +428,16 @@ class LocalCluster:
         processes.wait_until("kwok", lambda: processes.http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
                              started, 60)
 
+    @property
+    def admission_plugins(self) -> tuple[str, ...]:
+        return cloud_profile.ADMISSION_PLUGINS if self.cloud else ("NodeRestriction",)
+
     def _seed_cluster(self) -> None:
         """Fake GPU nodes, the default StorageClass and KubeRay's CRDs; wait until all are usable."""
-        self.apply([*kwok_config.node_manifests(self.pools), kwok_config.storage_class()])
+        if self.cloud:
+            self.apply([*cloud_profile.node_manifests(), *cloud_profile.storage_classes()])
+        else:
+            self.apply([*kwok_config.node_manifests(self.pools), kwok_config.storage_class()])
         # Too large for client-side apply's last-applied annotation.
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("kuberay-crds")))
         self.wait_established("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
@@ -425,6 +448,10 @@ class LocalCluster:
                           "the default ServiceAccount")
         except AssertionError:
             raise DevClusterError("kube-controller-manager", "never created the default ServiceAccount") from None
+
+    def _start_zonal_volumes(self) -> None:
+        self._launch("zonal-volumes", [sys.executable, "-m", "grpo_devcluster.zonal_volumes",
+                                       f"--kubeconfig={self.kubeconfig}"], env={"PYTHONPATH": str(HACK_DIR)})
 
     def _start_dashboard_standin(self) -> None:
         p = self.ports

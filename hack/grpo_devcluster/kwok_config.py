@@ -293,6 +293,23 @@ DEFAULT_POOLS: tuple[NodePool, ...] = (NodePool("train", 2), NodePool("rollout",
 POOL_LABEL = "grpo.dev/pool"
 
 
+def fake_node(name: str, labels: dict[str, str], allocatable: dict[str, str], taints: tuple[dict, ...] = ()) -> dict:
+    """A Node KWOK manages (and makes Ready); `labels` beside the hostname, OS and architecture every node has."""
+    spec: dict = {"taints": [dict(t) for t in taints]} if taints else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                       **labels},
+        },
+        "spec": spec,
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+
+
 def node_manifest(pool: NodePool, index: int) -> dict:
     """A Node shaped like an 8x A100-80GB server, labelled the way the NVIDIA GPU operator labels it."""
     allocatable = {
@@ -302,30 +319,17 @@ def node_manifest(pool: NodePool, index: int) -> dict:
         "nvidia.com/gpu": str(pool.gpus),
         "ephemeral-storage": "7Ti",
     }
-    name = f"gpu-{pool.name}-{index}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "type": "kwok",
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": "a2-ultragpu-8g",
-                POOL_LABEL: pool.name,
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": GPU_PRODUCT,
-                "nvidia.com/gpu.count": str(pool.gpus),
-                "nvidia.com/gpu.memory": "81920",
-                "nvidia.com/gpu.family": "ampere",
-            },
-        },
-        "spec": {},
-        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
-    }
+    return fake_node(f"gpu-{pool.name}-{index}", {
+        "type": "kwok",
+        "node.kubernetes.io/instance-type": "a2-ultragpu-8g",
+        POOL_LABEL: pool.name,
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": GPU_PRODUCT,
+        "nvidia.com/gpu.count": str(pool.gpus),
+        "nvidia.com/gpu.memory": "81920",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/cuda.driver.major": "580",
+    }, allocatable)
 
 
 def node_manifests(pools: tuple[NodePool, ...] = DEFAULT_POOLS) -> list[dict]:

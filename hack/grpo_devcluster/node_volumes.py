@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,24 +37,29 @@ def volume_dir(root: Path, claim: dict[str, Any]) -> Path:
     return root / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
 
 
-def persistent_volume(root: Path, claim: dict[str, Any]) -> dict[str, Any]:
-    """Pure: the PV for `claim`, bound to it."""
+def volume_for_claim(claim: Mapping[str, Any], provisioner: str, host_path: Mapping[str, str]) -> dict[str, Any]:
+    """Pure: a PV of the claim's size, modes and class, pre-bound to it (reclaim policy Delete)."""
     meta, spec = claim["metadata"], claim["spec"]
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+        "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {"pv.kubernetes.io/provisioned-by": provisioner}},
         "spec": {
             "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
             "capacity": {"storage": spec["resources"]["requests"]["storage"]},
             "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": STORAGE_CLASS,
+            "storageClassName": spec["storageClassName"],
             "volumeMode": spec.get("volumeMode") or "Filesystem",
             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": meta["name"],
                          "namespace": meta["namespace"], "uid": meta["uid"]},
-            "hostPath": {"path": str(volume_dir(root, claim)), "type": "Directory"},
+            "hostPath": dict(host_path),
         },
     }
+
+
+def persistent_volume(root: Path, claim: dict[str, Any]) -> dict[str, Any]:
+    """Pure: the PV for `claim`, a directory of the node, bound to it."""
+    return volume_for_claim(claim, PROVISIONER, {"path": str(volume_dir(root, claim)), "type": "Directory"})
 
 
 def provision(api: KubeApi, root: Path, claim: dict[str, Any]) -> None:
@@ -90,25 +96,30 @@ def reconcile_once(api: KubeApi, root: Path) -> str:
     return claims["metadata"]["resourceVersion"]
 
 
+def serve(api: KubeApi, reconcile_once: Callable[[], str], interval: float, logger: logging.Logger) -> None:
+    """Run a provisioner's passes forever: one at once, then one whenever a claim changes (the watch returns
+    on its first event) or `interval` is up, for what no claim event announces (a volume Released after its claim
+    went). Shared by the cloud profile's zonal provisioner."""
+    while True:
+        try:
+            version = reconcile_once()
+            for _ in api.watch("persistentvolumeclaims", resource_version=version, seconds=interval):
+                break
+        except Exception:  # the API server restarting, a transient conflict: try again next pass
+            logger.exception("provisioning pass failed")
+            time.sleep(interval)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--root", required=True, type=Path)
-    # A pass at least this often, for what no claim event announces (a volume Released after its claim went).
     parser.add_argument("--interval", type=float, default=2.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     api = KubeApi.from_kubeconfig(args.kubeconfig)
     args.root.mkdir(parents=True, exist_ok=True)
-    while True:
-        try:
-            version = reconcile_once(api, args.root)
-            # Until a claim changes (a new one is provisioned at once), or the interval is up: a watch, not a poll.
-            for _ in api.watch("persistentvolumeclaims", resource_version=version, seconds=args.interval):
-                break
-        except Exception:  # the API server restarting, a transient conflict: try again next pass
-            log.exception("provisioning pass failed")
-            time.sleep(args.interval)
+    serve(api, lambda: reconcile_once(api, args.root), args.interval, log)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import processes
+from . import cloud_profile, processes
 from .cluster import LocalCluster
 from .errors import DevClusterError
 
@@ -27,16 +27,22 @@ def install_crd(cluster: LocalCluster) -> None:
 EXAMPLE_CLAIMS = ("models", "datasets", "exports")
 
 
-def claim_manifest(namespace: str, name: str, size: str = "1Ti") -> dict:
-    """A ReadWriteMany PVC; the cluster's default StorageClass (KWOK-provisioned) binds it."""
+def claim_manifest(namespace: str, name: str, size: str = "1Ti", storage_class: str | None = None) -> dict:
+    """A ReadWriteMany PVC of `storage_class`, else of the cluster's default StorageClass (KWOK-provisioned)."""
+    spec: dict = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}}
+            "spec": spec}
 
 
 def prepare_job_namespace(cluster: LocalCluster, namespace: str, claims: tuple[str, ...] = EXAMPLE_CLAIMS) -> str:
-    """A namespace holding the claims the examples mount (model and data), ready for GRPOJobs."""
+    """A namespace holding the claims the examples mount (model and data), ready for GRPOJobs. On the cloud profile
+    they are of its shared file class, as a user puts models on Filestore or EFS: its default class is zonal
+    ReadWriteOnce disks, which many pods on many nodes cannot mount."""
+    storage_class = cloud_profile.SHARED_CLASS if cluster.cloud else None
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    cluster.apply([claim_manifest(namespace, claim) for claim in claims])
+    cluster.apply([claim_manifest(namespace, claim, storage_class=storage_class) for claim in claims])
     return namespace
 
 

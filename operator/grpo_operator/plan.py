@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from grpo_operator.api import PERSISTENCE_DEFAULTS, SPEC_RULE_MESSAGES, GRPOJobSpec, RoleSpec, Toleration
+from grpo_operator.node_rules import DEFAULT_DRIVER_FLOOR, driver_terms, with_gpu_toleration
 
 Role = Literal["actor", "rollout", "reward"]
 ROLES: tuple[Role, ...] = ("actor", "rollout", "reward")
@@ -144,6 +145,8 @@ class PodShape:
     memory: str
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping[str, Any], ...]
+    # Required node affinity (nodeSelectorTerms, ORed): a GPU pod's driver floor (node_rules.py).
+    node_terms: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -304,10 +307,12 @@ def _pod_shape(field: str, role: RoleSpec) -> PodShape:
     )
 
 
-def _worker_group(role: Role, spec: RoleSpec) -> WorkerGroup:
-    return WorkerGroup(
-        role=role, gpus=spec.gpus, replicas=spec.replicas, pod=_pod_shape(f"placement.roles.{role}", spec)
-    )
+def _worker_group(role: Role, spec: RoleSpec, driver_floor: int) -> WorkerGroup:
+    pod = _pod_shape(f"placement.roles.{role}", spec)
+    if spec.gpus:  # GPU nodes are tainted and may run an old driver: node_rules.py
+        pod = replace(pod, tolerations=with_gpu_toleration(pod.tolerations),
+                      node_terms=driver_terms(driver_floor) if driver_floor else ())
+    return WorkerGroup(role=role, gpus=spec.gpus, replicas=spec.replicas, pod=pod)
 
 
 def _head_shape(spec: GRPOJobSpec) -> PodShape:
@@ -485,14 +490,14 @@ def _check_quantities(spec: GRPOJobSpec) -> None:
     _positive("placement.gpuMemory", spec.placement.gpu_memory, "80Gi")
 
 
-def _groups(spec: GRPOJobSpec) -> tuple[WorkerGroup, ...]:
+def _groups(spec: GRPOJobSpec, driver_floor: int = DEFAULT_DRIVER_FLOOR) -> tuple[WorkerGroup, ...]:
     roles = spec.placement.roles
     actor = roles.actor or RoleSpec(gpus=spec.placement.gpus_per_node)
-    groups = [_worker_group("actor", actor)]
+    groups = [_worker_group("actor", actor, driver_floor)]
     if spec.placement.mode == "disaggregated" and roles.rollout is not None:
-        groups.append(_worker_group("rollout", roles.rollout))
+        groups.append(_worker_group("rollout", roles.rollout, driver_floor))
     if roles.reward is not None:
-        groups.append(_worker_group("reward", roles.reward))
+        groups.append(_worker_group("reward", roles.reward, driver_floor))
     return tuple(groups)
 
 
@@ -623,8 +628,11 @@ def _resume_source(spec: GRPOJobSpec, namespace: str, checkpoint_claim: str) -> 
     return ResumeSource(claim=source.claim_name or checkpoint_claim, sub_path=sub_path, step=source.step)
 
 
-def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | None = None) -> Plan:
+def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | None = None,
+         driver_floor: int = DEFAULT_DRIVER_FLOOR) -> Plan:
     """Decide worker groups, names, mounts and paths for the GRPOJob ``namespace/name``.
+
+    ``driver_floor``: the NVIDIA driver major version GPU pods need (0: none; node_rules.py).
 
     Raises ``PlanError`` for a spec that cannot run; nothing should be created then.
     """
@@ -633,7 +641,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     _check_sampling(spec)
     _check_guardrails(spec)
     _check_quantities(spec)
-    groups = _groups(spec)
+    groups = _groups(spec, driver_floor)
     verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render
 
     image = spec.image or default_image

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_operator.node_rules import DEFAULT_DRIVER_FLOOR
 from grpo_operator.render.network_policy import NetworkPeers, OperatorIdentity
 
 NETWORK_POLICY_PREFIX = "GRPO_OPERATOR_NETWORK_POLICY"
@@ -69,6 +70,9 @@ def _network_peers(env: Mapping[str, str]) -> NetworkPeers | None:
 @dataclass(frozen=True)
 class OperatorSettings:
     default_trainer_image: str = "grpo-trainer:0.1.0"
+    # The NVIDIA driver major version GPU pods need (the default trainer image's CUDA 13: R580); 0 turns the
+    # check off, for an image built on an older CUDA (node_rules.py).
+    driver_floor: int = DEFAULT_DRIVER_FLOOR
     namespaces: tuple[str, ...] = field(default_factory=tuple)  # empty: the whole cluster
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
@@ -105,6 +109,7 @@ class OperatorSettings:
         try:
             return cls(
                 default_trainer_image=env.get(prefix + "DEFAULT_TRAINER_IMAGE", cls.default_trainer_image),
+                driver_floor=int(env.get(prefix + "DRIVER_FLOOR", cls.driver_floor)),
                 namespaces=namespaces,
                 metrics_host=env.get(prefix + "METRICS_HOST", cls.metrics_host),
                 metrics_port=int(env.get(prefix + "METRICS_PORT", cls.metrics_port)),

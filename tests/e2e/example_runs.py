@@ -27,27 +27,28 @@ ROLES = ("actor", "rollout", "reward")
 class ExampleRuns:
     namespace: str
     phases: dict[str, list[str]]  # job -> every phase it passed through, in order (watched)
-    role_pods: dict[str, dict]  # the reference job's pods by role, when all three were running
+    role_pods: dict[str, dict]  # the reference job's pods by role (and its head), when all were running
 
 
 def _running_role_pods(cluster: LocalCluster, namespace: str) -> dict[str, dict] | None:
     pods = items(cluster, "pods", "-n", namespace, "-l", f"grpo.dev/job={REFERENCE}")
     running = {p["metadata"]["labels"].get("grpo.dev/role"): p for p in pods
-               if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")}
-    return running if set(ROLES) <= set(running) else None
+               if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")
+               and "grpo.dev/role" in p["metadata"]["labels"]}
+    return running if {*ROLES, "head"} <= set(running) else None
 
 
-def run_examples(cluster: LocalCluster) -> ExampleRuns:
-    create_namespace(cluster, NAMESPACE)
-    cluster.api.patch("namespaces", NAMESPACE, None, {"metadata": {"labels": {
+def run_examples(cluster: LocalCluster, namespace: str = NAMESPACE) -> ExampleRuns:
+    create_namespace(cluster, namespace)
+    cluster.api.patch("namespaces", namespace, None, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    prepare_job_namespace(cluster, NAMESPACE)
+    prepare_job_namespace(cluster, namespace)
     with ThreadPoolExecutor(3) as pool:
         # Watches first, then the jobs: every phase from the first is seen.
-        colocated = pool.submit(wait_phase, cluster, NAMESPACE, COLOCATED, "Succeeded", 240)
-        reference = pool.submit(wait_phase, cluster, NAMESPACE, REFERENCE, "Succeeded", 300)
-        apply_job(cluster, NAMESPACE, example("colocated-length"))
-        apply_job(cluster, NAMESPACE, example("reference-disaggregated"))
+        colocated = pool.submit(wait_phase, cluster, namespace, COLOCATED, "Succeeded", 240)
+        reference = pool.submit(wait_phase, cluster, namespace, REFERENCE, "Succeeded", 300)
+        apply_job(cluster, namespace, example("colocated-length"))
+        apply_job(cluster, namespace, example("reference-disaggregated"))
         pods = pool.submit(wait_for, "the reference job's actor, rollout and reward pods running",
-                           lambda: _running_role_pods(cluster, NAMESPACE), 240)
-        return ExampleRuns(NAMESPACE, {COLOCATED: colocated.result(), REFERENCE: reference.result()}, pods.result())
+                           lambda: _running_role_pods(cluster, namespace), 240)
+        return ExampleRuns(namespace, {COLOCATED: colocated.result(), REFERENCE: reference.result()}, pods.result())

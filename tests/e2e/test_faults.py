@@ -29,11 +29,8 @@ CHILD_KINDS = ("rayjobs", "configmaps", "serviceaccounts", "roles", "rolebinding
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     workdir: Path = tmp_path_factory.mktemp("faults")
     local = LocalCluster(workdir, Ports.free(), pools=(NodePool("train", 6),), ray_job_running_seconds=3)
-    local.start()
-    try:
+    with local.running_until_exit():
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")

@@ -71,6 +71,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="GPU memory of a pool for --preflight's memory fit, e.g. actor=85899345920 or rollout=80Gi",
     )
     p.add_argument(
+        "--new-checkpoint-claim",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="--preflight: the checkpoint claim is new, this large, and not mounted here (it binds where the actor "
+        "runs); its size is checked against the model's checkpoints instead of the free space of a mount",
+    )
+    p.add_argument(
         "--termination-log",
         default=TERMINATION_LOG,
         help="where --preflight writes its verdict (at most 4096 bytes, as Kubernetes keeps)",
@@ -108,7 +116,8 @@ def run_preflight_command(args: argparse.Namespace) -> int:
     """`grpo-train --preflight`: the verdict to stdout and the termination log; 0 passed, 1 failed."""
     from grpo_trainer.preflight import PreflightOptions, preflight_config_file, write_termination_message
 
-    options = PreflightOptions(gpu_memory=parse_gpu_memory(args.gpu_memory))
+    options = PreflightOptions(gpu_memory=parse_gpu_memory(args.gpu_memory),
+                               new_checkpoint_claim_bytes=args.new_checkpoint_claim)
     with contextlib.redirect_stdout(sys.stderr):  # verl prints; stdout carries the verdict alone
         verdict = preflight_config_file(args.config_path, args.overrides, options)
     for check in verdict.checks:

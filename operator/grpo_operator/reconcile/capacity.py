@@ -2,8 +2,9 @@
 
 Judged from each node's allocatable resources (what the kubelet offers pods), not from current usage:
 a busy pool frees up, a pool too small never does. A node is one of a role's when it carries the role's
-nodeSelector labels and the role tolerates its NoSchedule/NoExecute taints. Each role is judged on its
-own (two roles sharing a pool are not added up). With Kueue (scheduling.queueName) admission is
+nodeSelector labels, the role tolerates its NoSchedule/NoExecute taints, and it meets the role's required node
+affinity (a GPU role's driver floor, node_rules.py). Each role is judged on its own (two roles sharing a pool are
+not added up). With Kueue (scheduling.queueName) admission is
 Kueue's, and this is not asked.
 
 Pure: the handlers read the nodes and call these.
@@ -16,8 +17,16 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from grpo_operator.node_rules import (
+    DRIVER_LABEL,
+    GPU_RESOURCE,
+    driver_major,
+    floor_of,
+    matches_terms,
+    pool_of,
+    tolerates,
+)
 from grpo_operator.plan import Plan, PodShape, WorkerGroup, parse_quantity
-from grpo_operator.render.rayjob import GPU_RESOURCE
 
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB per GPU, set by NVIDIA's GPU feature discovery
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -59,28 +68,16 @@ def selector_string(selector: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
 
 
-def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' toleration matching (an empty key with Exists tolerates every taint)."""
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        operator = t.get("operator") or "Equal"
-        if not t.get("key"):
-            if operator == "Exists":
-                return True
-            continue
-        if t.get("key") != taint.get("key"):
-            continue
-        if operator == "Exists" or (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def usable(node: NodeView, pod: PodShape) -> bool:
+def pinned_to(node: NodeView, pod: PodShape) -> bool:
+    """The pod's nodeSelector and tolerations allow the node (its affinity aside)."""
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
     blocking = [t for t in node.taints if t.get("effect") in _BLOCKING_EFFECTS]
     return all(tolerates(pod.tolerations, t) for t in blocking)
+
+
+def usable(node: NodeView, pod: PodShape) -> bool:
+    return pinned_to(node, pod) and matches_terms(node.labels, pod.node_terms)
 
 
 def pod_wants(group: WorkerGroup) -> dict[str, Decimal]:
@@ -117,9 +114,13 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
     for group in plan.groups:
         if _enough(nodes, group):
             continue
+        field = f"placement.roles.{group.role}"
+        too_old = _driver_shortfall(field, nodes, group)
+        if too_old is not None:
+            found.append(too_old)
+            continue
         mine = [n for n in nodes if usable(n, group.pod)]
         fit = sum(pods_that_fit(n, group) for n in mine)
-        field = f"placement.roles.{group.role}"
         if not mine:
             why = f"no node matches the pool {_pool(group)} (labels, and taints the role tolerates)"
         else:
@@ -135,6 +136,36 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
             f"tolerations, or lower its gpus/replicas. The job starts by itself once the nodes exist.",
         ))
     return found
+
+
+def _driver_shortfall(field: str, nodes: Sequence[NodeView], group: WorkerGroup) -> Shortfall | None:
+    """The shortfall when the role's nodes would hold it but for their drivers: said as such, naming the pools."""
+    if floor_of(group.pod.node_terms) is None:
+        return None
+    allowed = [n for n in nodes if pinned_to(n, group.pod)]
+    old = [n for n in allowed if not matches_terms(n.labels, group.pod.node_terms)]
+    if not old or sum(pods_that_fit(n, group) for n in allowed) < group.replicas:
+        return None  # no old driver in the way, or too small even with them: the usual shortfall
+    floor = floor_of(group.pod.node_terms)
+    pools = sorted({f"{pool_of(n.name, n.labels)} (driver {driver_major(n.labels)})" for n in old})
+    return Shortfall(
+        field,
+        "DriverTooOld",
+        f"spec.{field}: {group.replicas} pod(s) of {_describe(group)} cannot be placed: the nodes that could hold "
+        f"them run an NVIDIA driver older than {floor}, which the trainer image's CUDA needs ({DRIVER_LABEL}, set "
+        f"by GPU Feature Discovery): {', '.join(pools)}. The job's GPU pods stay off such nodes rather than fail at "
+        f"their first CUDA call. Upgrade the pool's driver to {floor} or later (GKE: a node version whose driver is "
+        f"R{floor}+, or gpu-driver-version=latest; EKS: a newer accelerated AMI), or send the role to another pool "
+        f"with its nodeSelector. The job starts by itself once such nodes exist.",
+    )
+
+
+def unchecked_driver_pools(plan: Plan, nodes: Sequence[NodeView]) -> list[str]:
+    """Pools of GPU nodes a GPU role may use whose driver version no label tells: checked nowhere before the GPUs
+    are taken (a warning, not a refusal: GPU Feature Discovery is not everywhere)."""
+    pools = {pool_of(n.name, n.labels) for g in plan.groups if g.gpus and g.pod.node_terms
+             for n in nodes if n.amount(GPU_RESOURCE) > 0 and DRIVER_LABEL not in n.labels and usable(n, g.pod)}
+    return sorted(pools)
 
 
 def _enough(nodes: Sequence[NodeView], group: WorkerGroup) -> bool:

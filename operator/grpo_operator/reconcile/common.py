@@ -22,7 +22,8 @@ SETTINGS = OperatorSettings.from_env()
 
 def parse(name: str, namespace: str, spec: dict) -> tuple[GRPOJobSpec, Plan]:
     job_spec = GRPOJobSpec.model_validate(spec)
-    return job_spec, plan(job_spec, name=name, namespace=namespace, default_image=SETTINGS.default_trainer_image)
+    return job_spec, plan(job_spec, name=name, namespace=namespace, default_image=SETTINGS.default_trainer_image,
+                          driver_floor=SETTINGS.driver_floor)
 
 
 def validation_message(exc: ValidationError) -> str:

@@ -22,10 +22,17 @@ from pydantic import ValidationError
 
 from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec, SecuritySpec
+from grpo_operator.node_rules import DRIVER_LABEL
 from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
 from grpo_operator.reconcile import gate, guardrail_actions
 from grpo_operator.reconcile.binding import CLAIMS_CHECKED_IN, STORAGE_CHECKS, check_storage_later
-from grpo_operator.reconcile.capacity import NodeView, capacity_shortfalls, gpu_memory_by_role, selector_string
+from grpo_operator.reconcile.capacity import (
+    NodeView,
+    capacity_shortfalls,
+    gpu_memory_by_role,
+    selector_string,
+    unchecked_driver_pools,
+)
 from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
 from grpo_operator.reconcile.common import (
     SETTINGS,
@@ -238,6 +245,13 @@ async def create(job: dict) -> None:
             # Kueue admits by its own quotas; without it, a pool that can never hold a role is said now.
             if nodes is not None and not job_spec.scheduling.queue_name:
                 problems += [(s.field, s.reason, s.message) for s in capacity_shortfalls(job_plan, nodes)]
+            unchecked = unchecked_driver_pools(job_plan, nodes or []) if not problems else []
+            if unchecked:
+                events.warn(job, reason="DriverUnchecked", message=(
+                    f"no {DRIVER_LABEL} label on GPU nodes the job may use ({', '.join(unchecked)}): whether their "
+                    f"NVIDIA driver is {SETTINGS.driver_floor} or later, as the trainer image needs, is not known "
+                    "before the GPUs are taken; install GPU Feature Discovery (the NVIDIA GPU operator does) to "
+                    "have it checked"))
             if not problems:
                 try:
                     job_plan = _with_existing_claims(job_spec, job_plan, claims)

@@ -28,25 +28,6 @@ def content_digest(*parts: Any) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def restricted_pod_security() -> dict[str, Any]:
-    """Pod securityContext of the restricted Pod Security Standard, as the trainer image's user.
-
-    fsGroup makes a root-owned volume root group-writable for that user. The same values as every other
-    pod of the job gets (issue 15), so the preflight tests the access the trainer will have.
-    """
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": TRAINER_UID,
-        "runAsGroup": TRAINER_UID,
-        "fsGroup": TRAINER_UID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def restricted_container_security() -> dict[str, Any]:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
-
-
 def labels(plan: Plan, component: str, **extra: str) -> dict[str, str]:
     """Labels every child carries: who manages it, which GRPOJob, what part it is."""
     return {MANAGED_BY: OPERATOR_NAME, JOB_LABEL: plan.names.job, COMPONENT_LABEL: component, **extra}
@@ -149,6 +130,9 @@ def apply_pod_placement(pod_spec: dict[str, Any], spec: GRPOJobSpec, shape: PodS
         pod_spec["nodeSelector"] = dict(shape.node_selector)
     if shape.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in shape.tolerations]
+    if shape.node_terms:
+        terms = {"nodeSelectorTerms": [dict(t) for t in shape.node_terms]}
+        pod_spec.setdefault("affinity", {})["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": terms}
     if spec.scheduling.priority_class_name:
         pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
     if spec.image_pull_secrets:

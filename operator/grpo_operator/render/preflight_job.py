@@ -2,9 +2,12 @@
 
 CPU only, from the trainer image, where the Ray head would run (the GPU-free placement the user
 chose), with the pods' own mounts: the same verl.yaml, the model and data claims read-only, the reward
-ConfigMap, and the checkpoint claim read-write, because whether the trainer can write there is one
-of the questions (the probe writes and removes one file of its own). Restricted securityContext, as
-the trainer image's user. The verdict comes back as the container's termination message (JSON).
+ConfigMap, and an existing checkpoint claim read-write, because whether the trainer can write there is
+one of the questions (the probe writes and removes one file of its own). A claim the operator creates is not
+mounted: on zonal WaitForFirstConsumer storage the first pod that mounts a claim decides its zone, and that must
+be the actor; its size is checked instead. Restricted securityContext, as
+the trainer image's user (security.py, one builder for every pod). The verdict comes back as the
+container's termination message (JSON).
 
 The Job is annotated with the digest of what it checks (its pod template and verl.yaml): the operator
 compares it with the digest the GRPOJob's status expects, so a Job of an older spec is never believed.
@@ -16,42 +19,45 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import Plan
+from grpo_operator.plan import Plan, parse_quantity
 from grpo_operator.render.common import (
     DIGEST_ANNOTATION,
     apply_pod_placement,
     content_digest,
     metadata,
     pod_metadata,
-    restricted_container_security,
-    restricted_pod_security,
     trainer_env,
 )
 from grpo_operator.render.rayjob import trainer_volumes
+from grpo_operator.render.security import restrict
 from grpo_operator.render.verl_config import render_verl_config
 
 COMPONENT = "preflight"
 
 
-def preflight_command(plan: Plan, gpu_memory: Mapping[str, int]) -> list[str]:
+def preflight_command(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> list[str]:
     command = ["grpo-train", "--preflight", "--config_path", plan.mounts.config_file]
     for role, amount in sorted(gpu_memory.items()):
         command += ["--gpu-memory", f"{role}={amount}"]
+    size = spec.checkpoints.volume.size
+    if plan.creates_checkpoint_pvc and size is not None:
+        command += ["--new-checkpoint-claim", str(int(parse_quantity(size)))]
     return command
 
 
 def render_preflight_job(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> dict[str, Any]:
     """The Job checking `spec` as planned; `gpu_memory`: bytes per GPU of each role's pool, where known."""
     resources = {"cpu": str(spec.preflight.resources.cpu), "memory": str(spec.preflight.resources.memory)}
-    vols = trainer_volumes(spec, plan, "head")  # the driver's mounts: data, checkpoints, models, reward
+    # The driver's mounts (data, models, reward), and the checkpoint claim only when it exists before the job: a
+    # new one binds where its first pod runs, and on zonal storage that must be the actor, not this CPU pod.
+    vols = trainer_volumes(spec, plan, "head", checkpoints=not plan.creates_checkpoint_pvc)
     container = {
         "name": COMPONENT,
         "image": plan.image,
-        "command": preflight_command(plan, gpu_memory),
+        "command": preflight_command(spec, plan, gpu_memory),
         "env": trainer_env(spec, plan),
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": vols.mounts,
-        "securityContext": restricted_container_security(),
         # A crash before the verdict is written still says something: the log's last lines.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -60,10 +66,12 @@ def render_preflight_job(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str,
         "serviceAccountName": plan.service_account,
         # It reads files, not the API.
         "automountServiceAccountToken": False,
-        "securityContext": restricted_pod_security(),
         "containers": [container],
         "volumes": vols.volumes,
     }
+    # The same settings as every other pod of the job (security.py), so the preflight tests the access the
+    # trainer will have, and its volumes' ownership is changed only where the root does not match already.
+    restrict(pod_spec)
     apply_pod_placement(pod_spec, spec, plan.head)
     template = {"metadata": pod_metadata(spec, plan, COMPONENT), "spec": pod_spec}
     digest = content_digest(template, render_verl_config(spec, plan))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
+from grpo_operator.node_rules import GPU_RESOURCE
 from grpo_operator.plan import METRICS_PORT, Plan, PodShape, WorkerGroup
 from grpo_operator.render.common import (
     JOB_LABEL,
@@ -27,7 +28,6 @@ from grpo_operator.render.submitter import SUBMISSION_MODE, render_submitter_tem
 ENTRYPOINT_TEMPLATE = "grpo-train --config_path {config_file}"
 REHEARSAL_FLAG = "--rehearsal"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # The trainer image's Ray (images/trainer/requirements.in; a unit test keeps them equal). KubeRay reads
 # rayClusterSpec.rayVersion to decide what the cluster can do: token authentication needs 2.52 or later.
@@ -41,7 +41,7 @@ CHECKPOINT_WRITERS = frozenset({"head", "actor"})
 DATA_READERS = frozenset({"head"})
 
 
-def trainer_volumes(spec: GRPOJobSpec, plan: Plan, role: str) -> Volumes:
+def trainer_volumes(spec: GRPOJobSpec, plan: Plan, role: str, checkpoints: bool = True) -> Volumes:
     """Volumes and mounts of one Ray pod (docs/config-contract.md, "Mount points"): each claim only where
     it is read. The models claim is read everywhere: the head loads the tokenizer and config, the actor
     and reference the weights, vLLM its weights, the reward model the policy's tokenizer."""
@@ -54,7 +54,9 @@ def trainer_volumes(spec: GRPOJobSpec, plan: Plan, role: str) -> Volumes:
     if role in DATA_READERS:
         vols.claim("data", spec.data.claim_name, m.data, read_only=True)
     if role in CHECKPOINT_WRITERS:
-        vols.checkpoints(plan, read_only=False).resume_source(plan)
+        if checkpoints:
+            vols.checkpoints(plan, read_only=False)
+        vols.resume_source(plan)
     if spec.reward.function is not None and spec.reward.type == "function":
         # Ray may place verl's reward workers on any pod with CPUs.
         vols.configmap("reward-function", spec.reward.function.config_map_name, m.reward_function_dir)
@@ -65,14 +67,15 @@ def _share_actor_node(pod_spec: dict[str, Any], plan: Plan) -> None:
     """Put the head on the actor pod's node: a ReadWriteOnce checkpoint claim attaches to one node.
 
     The head follows the actor (not the other way round): the actor's GPUs are the scarce part, and the
-    scheduler places a pod whose required affinity matches nothing yet once a matching pod is placed.
+    scheduler places a pod whose required affinity matches nothing yet once a matching pod is placed. It takes the
+    actor's tolerations, the GPU taint's among them: a GPU-less pod gets none from ExtendedResourceToleration.
     """
     actor = plan.actor
     term = {
         "labelSelector": {"matchLabels": {JOB_LABEL: plan.names.job, ROLE_LABEL: actor.role}},
         "topologyKey": HOSTNAME_TOPOLOGY,
     }
-    pod_spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    pod_spec.setdefault("affinity", {})["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
     tolerations = list(pod_spec.get("tolerations", []))
     tolerations += [dict(t) for t in actor.pod.tolerations if dict(t) not in tolerations]
     if tolerations:

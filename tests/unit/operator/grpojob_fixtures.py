@@ -33,3 +33,13 @@ def spec_with(body: dict[str, Any], edit: Callable[[dict[str, Any]], object] | N
 
 def plan_of(spec: GRPOJobSpec, name: str = "job") -> Plan:
     return plan(spec, name=name, namespace=NAMESPACE, default_image=IMAGE)
+
+
+# The default local cluster's pool labels (hack/grpo_devcluster/kwok_config.py), as a user pins roles to pools.
+POOLS = {"actor": "train", "rollout": "rollout", "reward": "rollout"}
+
+
+def pinned_to_pools(raw: dict[str, Any]) -> None:
+    """An edit for spec_with: each role of the example pinned to its pool by nodeSelector."""
+    for role, spec in raw["placement"]["roles"].items():
+        spec["nodeSelector"] = {"grpo.dev/pool": POOLS[role]}

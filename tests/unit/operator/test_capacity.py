@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_operator.node_rules import tolerates
 from grpo_operator.reconcile.capacity import (
     GPU_MEMORY_LABEL,
     NodeView,
     capacity_shortfalls,
     gpu_memory_by_role,
     selector_string,
-    tolerates,
+    unchecked_driver_pools,
 )
-from grpojob_fixtures import example_body, plan_of, spec_with
+from grpojob_fixtures import example_body, pinned_to_pools, plan_of, spec_with
 
 
 def node(name: str, pool: str, gpus: int = 8, cpu: str = "96", memory: str = "1Ti", taints: list | None = None,
-         gpu_memory_mib: str | None = "81920") -> NodeView:
-    labels = {"grpo.dev/pool": pool, **({GPU_MEMORY_LABEL: gpu_memory_mib} if gpu_memory_mib else {})}
+         gpu_memory_mib: str | None = "81920", driver: str | None = "580") -> NodeView:
+    labels = {"grpo.dev/pool": pool, **({GPU_MEMORY_LABEL: gpu_memory_mib} if gpu_memory_mib else {}),
+              **({"nvidia.com/cuda.driver.major": driver} if driver else {})}
     return NodeView.of({
         "metadata": {"name": name, "labels": labels},
         "spec": {"taints": taints or []},
@@ -29,11 +31,17 @@ DEVCLUSTER = [node("t0", "train"), node("t1", "train"), node("r0", "rollout"), n
 
 
 def _reference(edit: Any = None) -> Any:
-    return plan_of(spec_with(example_body("reference-disaggregated"), edit))
+    """The reference example with each role pinned to the devcluster pool it used to name."""
+    def pinned_then(raw: dict[str, Any]) -> None:
+        pinned_to_pools(raw)
+        if edit is not None:
+            edit(raw)
+    return plan_of(spec_with(example_body("reference-disaggregated"), pinned_then))
 
 
 def test_the_examples_fit_the_devclusters_pools() -> None:
     assert capacity_shortfalls(_reference(), DEVCLUSTER) == []
+    assert capacity_shortfalls(plan_of(spec_with(example_body("reference-disaggregated"))), DEVCLUSTER) == []
     assert capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), DEVCLUSTER) == []
 
 
@@ -46,7 +54,7 @@ def test_a_pool_with_no_node_is_named() -> None:
 
 
 def test_nodes_too_small_for_one_pod_are_counted_and_the_largest_named() -> None:
-    small = [node("t0", "train", gpus=4), node("t1", "train", gpus=4), *DEVCLUSTER[2:]]
+    small = [node("t0", "train", gpus=4), node("t1", "train", gpus=4)]
     (shortfall,) = capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), small)
     assert shortfall.field == "placement.roles.actor"
     assert "2 node(s) holding 0 such pod(s) in all (the largest offers 4 nvidia.com/gpu" in shortfall.message
@@ -55,7 +63,7 @@ def test_nodes_too_small_for_one_pod_are_counted_and_the_largest_named() -> None
 def test_replicas_need_enough_nodes_and_cpu_and_memory_count_too() -> None:
     plan = plan_of(spec_with(example_body("colocated-length"),
                              lambda s: s["placement"]["roles"]["actor"].update(replicas=4)))
-    assert [s.field for s in capacity_shortfalls(plan, DEVCLUSTER)] == ["placement.roles.actor"]
+    assert [s.field for s in capacity_shortfalls(plan, DEVCLUSTER[:2])] == ["placement.roles.actor"]
     starved = [node("t0", "train", cpu="16"), node("t1", "train", memory="64Gi")]
     assert capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), starved)
 
@@ -67,15 +75,49 @@ def test_two_pods_share_a_node_when_its_gpus_allow() -> None:
 
 
 def test_taints_keep_a_role_off_unless_tolerated() -> None:
-    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    taint = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
     tainted = [node("t0", "train", taints=[taint]), node("t1", "train", taints=[taint])]
     colocated = example_body("colocated-length")
     assert capacity_shortfalls(plan_of(spec_with(colocated)), tainted)
     tolerant = spec_with(colocated, lambda s: s["placement"]["roles"]["actor"].update(
-        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+        tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]))
     assert capacity_shortfalls(plan_of(tolerant), tainted) == []
     soft = [node("t0", "train", taints=[{**taint, "effect": "PreferNoSchedule"}])]
     assert capacity_shortfalls(plan_of(spec_with(colocated)), soft) == []
+
+
+def test_the_gpu_taint_as_gke_sets_it_is_tolerated_by_gpu_roles_unasked() -> None:
+    gke = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    eks = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    for taint in (gke, eks):
+        tainted = [node("g0", "gpu", taints=[taint])]
+        assert capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), tainted) == []
+
+
+def test_a_pool_whose_driver_is_too_old_is_named_with_its_driver_and_the_floor() -> None:
+    old = [NodeView.of({
+        "metadata": {"name": "a100-b-0", "labels": {"cloud.google.com/gke-nodepool": "a100-pool",
+                                                    "nvidia.com/cuda.driver.major": "535"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}},
+    })]
+    (shortfall,) = capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), old)
+    assert shortfall.reason == "DriverTooOld" and shortfall.field == "placement.roles.actor"
+    assert "older than 580" in shortfall.message
+    assert "cloud.google.com/gke-nodepool=a100-pool (driver 535)" in shortfall.message
+    # With a good node beside it the old one is only avoided; too small a pool even with it is the usual shortfall.
+    assert capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), [*old, node("g", "x")]) == []
+    small_old = [node("s", "x", gpus=4, driver="535")]
+    (small,) = capacity_shortfalls(plan_of(spec_with(example_body("colocated-length"))), small_old)
+    assert small.reason == "InsufficientCapacity"
+
+
+def test_gpu_nodes_without_a_driver_label_are_warned_about_not_refused() -> None:
+    plan = plan_of(spec_with(example_body("colocated-length")))
+    unlabeled = [node("u0", "x", driver=None), node("u1", "x", driver=None)]
+    assert capacity_shortfalls(plan, unlabeled) == []
+    assert unchecked_driver_pools(plan, unlabeled) == ["u0", "u1"]
+    assert unchecked_driver_pools(plan, DEVCLUSTER) == []
 
 
 def test_toleration_matching_follows_kubernetes() -> None:

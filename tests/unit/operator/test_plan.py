@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, PlanError, parse_quantity, parse_spec, plan
-from grpojob_fixtures import IMAGE, NAMESPACE, plan_of, spec_with
+from grpojob_fixtures import IMAGE, NAMESPACE, example_body, pinned_to_pools, plan_of, spec_with
 
 
 def test_reference_layout_is_actor4_rollout2_reward2_on_one_node(reference: tuple[GRPOJobSpec, Plan]) -> None:
@@ -17,9 +17,35 @@ def test_reference_layout_is_actor4_rollout2_reward2_on_one_node(reference: tupl
     assert layout == {"actor": (4, 1), "rollout": (2, 1), "reward": (2, 1)}
     assert p.total_gpus == 8
     assert [g.ray_resource for g in p.groups] == ["grpo.dev/actor", "grpo.dev/rollout", "grpo.dev/reward"]
-    assert p.group("actor") is not None and dict(p.actor.pod.node_selector) == {"grpo.dev/pool": "train"}
+    # No pool label: GPU workers go where the GPUs are (a node label of ours exists on no cloud).
+    assert all(dict(g.pod.node_selector) == {} for g in p.groups)
+
+
+def test_a_roles_node_selector_pins_it_to_its_pool() -> None:
+    p = plan_of(spec_with(example_body("reference-disaggregated"), pinned_to_pools))
+    assert dict(p.actor.pod.node_selector) == {"grpo.dev/pool": "train"}
     rollout = p.group("rollout")
     assert rollout is not None and dict(rollout.pod.node_selector) == {"grpo.dev/pool": "rollout"}
+
+
+def test_gpu_roles_tolerate_the_gpu_taint_and_avoid_old_drivers(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    _, p = reference
+    for g in p.groups:
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in g.pod.tolerations
+        assert [t["matchExpressions"] for t in g.pod.node_terms] == [
+            [{"key": "nvidia.com/cuda.driver.major", "operator": "Gt", "values": ["579"]}],
+            [{"key": "nvidia.com/cuda.driver.major", "operator": "DoesNotExist"}],
+        ]
+    assert p.head.tolerations == () and p.head.node_terms == ()  # GPU-less: it follows the actor instead
+
+
+def test_a_users_own_gpu_toleration_is_not_repeated_and_floor_zero_drops_the_affinity() -> None:
+    own = {"key": "nvidia.com/gpu", "operator": "Exists"}
+    spec = spec_with(example_body("colocated-length"),
+                     lambda s: s["placement"]["roles"]["actor"].update(tolerations=[own]))
+    p = plan(spec, name="job", namespace=NAMESPACE, default_image=IMAGE, driver_floor=0)
+    assert p.actor.pod.tolerations == (own,)
+    assert p.actor.pod.node_terms == ()
 
 
 def test_colocated_has_one_actor_group_with_every_gpu(colocated: tuple[GRPOJobSpec, Plan]) -> None:

@@ -28,6 +28,7 @@ def test_runs_grpo_train_preflight_on_the_rendered_config_with_the_pools_gpu_mem
     assert _container(job)["command"] == [
         "grpo-train", "--preflight", "--config_path", "/etc/grpo/verl.yaml",
         "--gpu-memory", f"actor={80 * GIB}", "--gpu-memory", f"rollout={40 * GIB}",
+        "--new-checkpoint-claim", str(500 * GIB),  # the example's 500Gi claim, made for the job
     ]
     assert _container(job)["image"] == IMAGE
     assert _container(job)["terminationMessagePolicy"] == "FallbackToLogsOnError"
@@ -42,20 +43,32 @@ def test_cpu_only_on_the_heads_pool_with_the_trainer_pods_mounts() -> None:
     assert pod["nodeSelector"] == {"grpo.dev/pool": "cpu"}
     assert _container(job)["resources"]["limits"] == {"cpu": "2", "memory": "8Gi"}
     head = render_rayjob(spec, plan_of(spec))["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-    assert pod["volumes"] == head["volumes"]
+    # The head's volumes but the new checkpoint claim: on zonal storage (WaitForFirstConsumer) the first pod that
+    # mounts a claim decides its zone, and it must be the actor's; the claim's size is checked instead.
+    assert pod["volumes"] == [v for v in head["volumes"] if v["name"] != "checkpoints"]
     mounts = {m["mountPath"]: m["readOnly"] for m in _container(job)["volumeMounts"] if "readOnly" in m}
-    # Model and data read-only; the checkpoint claim read-write: its writability is one of the checks.
-    assert mounts == {"/etc/grpo/verl.yaml": True, "/models": True, "/data": True, "/checkpoints": False}
+    assert mounts == {"/etc/grpo/verl.yaml": True, "/models": True, "/data": True}
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+
+
+def test_an_existing_checkpoint_claim_is_mounted_read_write_to_be_probed() -> None:
+    job = _job(lambda s: s["checkpoints"].update(volume={"claimName": "team-checkpoints"}))
+    mounts = {m["mountPath"]: m["readOnly"] for m in _container(job)["volumeMounts"] if "readOnly" in m}
+    # Its writability and free space are checks; it is bound already, so it decides nothing about zones.
+    assert mounts["/checkpoints"] is False
+    assert "--new-checkpoint-claim" not in _container(job)["command"]
 
 
 def test_restricted_security_context_as_the_trainer_images_user() -> None:
     job = _job()
     pod = job["spec"]["template"]["spec"]
+    # OnRootMismatch: the kubelet does not walk every file of the model and checkpoint volumes at each preflight.
     assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                                      "fsGroupChangePolicy": "OnRootMismatch",
                                       "seccompProfile": {"type": "RuntimeDefault"}}
     assert _container(job)["securityContext"] == {"allowPrivilegeEscalation": False,
-                                                  "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+                                                  "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                                                  "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def test_the_digest_follows_what_is_checked_and_nothing_else() -> None:

@@ -10,7 +10,7 @@ from grpo_operator.api import GRPOJobSpec, PodMetadata
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_children, render_rayjob
 from grpo_operator.render.rayjob import RAY_VERSION
-from grpojob_fixtures import plan_of, spec_with
+from grpojob_fixtures import example_body, pinned_to_pools, plan_of, spec_with
 
 
 def _groups(rayjob: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -47,8 +47,9 @@ def test_rayjob_worker_group_advertises_role_resource(reference: tuple[GRPOJobSp
         assert g["replicas"] == g["minReplicas"] == g["maxReplicas"] == 1
 
 
-def test_worker_pods_are_pinned_to_their_pool_with_gpu_limits(reference: tuple[GRPOJobSpec, Plan]) -> None:
-    groups = _groups(render_rayjob(*reference))
+def test_worker_pods_are_pinned_to_their_pool_with_gpu_limits() -> None:
+    spec = spec_with(example_body("reference-disaggregated"), pinned_to_pools)
+    groups = _groups(render_rayjob(spec, plan_of(spec)))
     pools = {name: g["template"]["spec"]["nodeSelector"] for name, g in groups.items()}
     assert pools == {
         "actor": {"grpo.dev/pool": "train"},
@@ -60,6 +61,17 @@ def test_worker_pods_are_pinned_to_their_pool_with_gpu_limits(reference: tuple[G
     assert actor["requests"] == actor["limits"]
     for name, g in groups.items():
         assert g["template"]["metadata"]["labels"]["grpo.dev/role"] == name
+
+
+def test_gpu_pods_tolerate_the_gpu_taint_and_require_a_new_enough_driver(
+        reference: tuple[GRPOJobSpec, Plan]) -> None:
+    groups = _groups(render_rayjob(*reference))
+    for g in groups.values():
+        pod = g["template"]["spec"]
+        assert "nodeSelector" not in pod  # no label of ours: the examples run on any cluster with GPUs
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert {"matchExpressions": [{"key": "nvidia.com/cuda.driver.major", "operator": "DoesNotExist"}]} in terms
 
 
 def test_every_pod_has_at_least_three_cpus_per_gpu(reference: tuple[GRPOJobSpec, Plan]) -> None:
@@ -121,13 +133,15 @@ def test_checkpoints_are_the_jobs_own_directory_read_write(reference: tuple[GRPO
 
 
 def test_head_follows_the_single_actor_pod_onto_its_node(colocated_body: dict[str, Any]) -> None:
-    tolerate = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    spec = spec_with(colocated_body, lambda s: s["placement"]["roles"]["actor"].update(tolerations=tolerate))
+    dedicated = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
+    spec = spec_with(colocated_body, lambda s: s["placement"]["roles"]["actor"].update(tolerations=[dedicated]))
     head = _templates(render_rayjob(spec, plan_of(spec, "qwen2-7b-length")))["head"]["spec"]
     (term,) = head["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term == {"labelSelector": {"matchLabels": {"grpo.dev/job": "qwen2-7b-length", "grpo.dev/role": "actor"}},
                     "topologyKey": "kubernetes.io/hostname"}
-    assert head["tolerations"] == tolerate  # the actor's node may be tainted for GPU pods only
+    # The actor's node is tainted for GPU pods, and ExtendedResourceToleration gives a GPU-less head nothing.
+    assert head["tolerations"] == [dedicated, {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "nodeAffinity" not in head["affinity"]  # it goes where the actor is; no driver of its own
 
 
 def test_head_is_free_when_checkpoints_are_on_a_shared_filesystem(colocated_body: dict[str, Any]) -> None:

@@ -29,8 +29,10 @@ def test_tuning_variables_override_the_defaults() -> None:
         "GRPO_OPERATOR_ERROR_RETRY_SECONDS": "2.5",
         "GRPO_OPERATOR_MAX_CONNECTIONS": "16",
         "GRPO_OPERATOR_NAMESPACES": "team-a, team-b,",
+        "GRPO_OPERATOR_DRIVER_FLOOR": "0",
     })
     assert (settings.max_jobs_in_flight, settings.error_retry_seconds, settings.max_connections) == (8, 2.5, 16)
+    assert settings.driver_floor == 0 and OperatorSettings.from_env({}).driver_floor == 580
     assert settings.namespaces == ("team-a", "team-b")
 
 

@@ -181,6 +181,23 @@ def test_unwritable_checkpoint_directory_names_the_checkpoint_volume(
     assert failure.field == "spec.checkpoints.volume" and failure.name == "checkpoints.writable"
 
 
+def test_a_new_claim_is_judged_by_its_size_not_mounted(
+    tmp_path: Path, tokenizer_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = lay_out(tmp_path / "pod", tokenizer_model_dir, shape=QWEN2_7B_SHAPE)
+    files.checkpoints.rmdir()  # not mounted: the operator's new claim binds where the actor runs
+    render(files)  # keep 3: 3 kept + 1 being written of a 7.6B model's ~85 GiB checkpoints
+    _, verdict, _ = _run(files, capsys, "--new-checkpoint-claim", str(100 * GIB))
+    failure = _named(verdict, "checkpoints.size")
+    assert not failure.ok and failure.field == "spec.checkpoints.volume"
+    assert "3 kept + 1 being written" in failure.message
+    assert "set spec.checkpoints.volume.size to at least 34" in failure.fix  # 4 x ~85 GiB: 34xGi
+    assert _named(verdict, "checkpoints.writable").ok
+    assert not files.checkpoints.exists()  # nothing was written in its place
+    _, verdict, _ = _run(files, capsys, "--new-checkpoint-claim", str(400 * GIB))
+    assert _named(verdict, "checkpoints.size").ok
+
+
 def test_memory_that_cannot_fit_names_the_lever(
     tmp_path: Path, tokenizer_model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

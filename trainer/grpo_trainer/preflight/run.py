@@ -37,9 +37,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PreflightOptions:
-    """What only the operator knows: each pool's GPU memory in bytes (by role: actor, rollout)."""
+    """What only the operator knows: each pool's GPU memory in bytes (by role: actor, rollout), and the size of a
+    checkpoint claim it creates for the job (not mounted by the preflight: a zonal disk binds where its first pod
+    runs, and that must be the actor)."""
 
     gpu_memory: Mapping[str, int] = field(default_factory=dict)
+    new_checkpoint_claim_bytes: int | None = None
     reward_timeout_s: float = 30.0
     reward_rows: int = 4
 
@@ -119,7 +122,8 @@ def run_preflight(built: BuiltConfig, options: PreflightOptions | None = None,
     checks += _guarded("data", lambda: _data(built, found.get("tokenizer")))
     if settings.reward.type == "function":
         checks += _guarded("reward.function", lambda: _reward_function(built, options))
-    checks += _guarded("checkpoints", lambda: _checkpoints(cfg, found.get("config")))
+    checks += _guarded("checkpoints",
+                       lambda: _checkpoints(cfg, found.get("config"), options.new_checkpoint_claim_bytes))
     if "config" in found:
         checks += _guarded("memory.fit", lambda: memory_checks(cfg, found["config"], options.gpu_memory))
     return Verdict(tuple(checks))
@@ -175,7 +179,7 @@ def _reward_function(built: BuiltConfig, options: PreflightOptions) -> list[Chec
     return [reward_checks.reward_function(str(function.path), str(function.name), calls, options.reward_timeout_s)]
 
 
-def _checkpoints(cfg: Any, model_config: Mapping[str, Any] | None) -> list[Check]:
+def _checkpoints(cfg: Any, model_config: Mapping[str, Any] | None, new_claim_bytes: int | None) -> list[Check]:
     directory = str(cfg.trainer.default_local_dir)
     params = None
     if model_config is not None:
@@ -184,6 +188,8 @@ def _checkpoints(cfg: Any, model_config: Mapping[str, Any] | None) -> list[Check
         except (KeyError, TypeError, ValueError):
             params = None
     keep = int(OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=1) or 1)
+    if new_claim_bytes is not None:
+        return storage_checks.new_claim(new_claim_bytes, params, keep)
     writable = storage_checks.writable(directory)
     if not writable.ok:
         return [writable]

@@ -1,6 +1,11 @@
-"""The checkpoint directory: writable by the trainer's user, with room for a checkpoint.
+"""The checkpoint directory: writable by the trainer's user, with room for its checkpoints.
 
-The probe writes one small file of its own and removes it; nothing else on the volume is touched.
+On an existing claim the probe writes one small file of its own and removes it; nothing else on the volume is
+touched. A claim the operator creates for the job is not mounted by the preflight (a zonal disk binds in the zone
+of its first pod, which must be the actor's): its requested size is judged instead.
+
+Room: `keep` checkpoints plus the one being written. verl prunes to keep-1 before it saves, but a save that
+fails half-way leaves its directory behind, and the next retry saves again beside it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,31 @@ def writable(directory: str) -> Check:
     return Check("checkpoints.writable", FIELD, True, f"{directory} written and read back", directory)
 
 
+def needed_bytes(params: int, keep: int) -> int:
+    """Room for `keep` checkpoints of a model of `params` parameters and the one being written."""
+    return (keep + 1) * params * CHECKPOINT_BYTES_PER_PARAM
+
+
+def _gib(amount: int) -> str:
+    return f"{amount / 2**30:.1f} GiB"
+
+
+def new_claim(size: int, params: int | None, keep: int) -> list[Check]:
+    """The checks of a checkpoint claim the operator creates: its size against the checkpoints it must hold."""
+    placed = Check("checkpoints.writable", FIELD, True,
+                   "a new claim for this job: bound where the actor runs, so not mounted by the preflight; its pods "
+                   "write it as the trainer's group (fsGroup)", "new claim")
+    if params is None:
+        return [placed, Check("checkpoints.size", FIELD, True, "model size unknown; not checked", _gib(size))]
+    one, needed = params * CHECKPOINT_BYTES_PER_PARAM, needed_bytes(params, keep)
+    value = f"{_gib(size)} requested; one checkpoint about {_gib(one)}, {keep} kept + 1 being written: {_gib(needed)}"
+    if size < needed:
+        return [placed, Check("checkpoints.size", FIELD, False, f"{value}: a save would fail once the volume is full",
+                              value, f"set spec.checkpoints.volume.size to at least {-(-needed // 2**30)}Gi, or "
+                              f"lower spec.checkpoints.keep")]
+    return [placed, Check("checkpoints.size", FIELD, True, value, value)]
+
+
 def free_space(directory: str, params: int | None, keep: int) -> Check:
     if params is None:
         return Check("checkpoints.free_space", FIELD, True, "model size unknown; not checked", directory)
@@ -53,5 +83,6 @@ def free_space(directory: str, params: int | None, keep: int) -> Check:
     if free < one:
         return Check("checkpoints.free_space", FIELD, False,
                      f"{value}: the first save would fail", value,
-                     f"use a checkpoint volume of at least {keep * one / 2**30:.0f} GiB ({keep} kept)")
+                     f"use a checkpoint volume of at least {-(-needed_bytes(params, keep) // 2**30)} GiB ({keep} "
+                     "kept and one being written)")
     return Check("checkpoints.free_space", FIELD, True, value, value)
