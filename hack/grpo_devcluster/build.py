@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .components import ALL, KUBERAY, Component
+from .components import ALL, Component
 from .errors import DevClusterError
 
 
@@ -62,6 +62,7 @@ def _build_unlocked(component: Component, go: str, directory: Path, log) -> Path
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "bin").mkdir(parents=True)
     started = time.monotonic()
+    env = _go_env(component)
     for binary, package in component.commands.items():
         print(f"[devcluster] building {component.name}: {binary} ({package})", file=log, flush=True)
         result = subprocess.run(
@@ -71,13 +72,13 @@ def _build_unlocked(component: Component, go: str, directory: Path, log) -> Path
             capture_output=True,
             text=True,
             check=False,
+            env=env,
         )
         if result.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             tail = "\n".join(result.stderr.strip().splitlines()[-20:])
             raise DevClusterError(component.name, f"`go build {package}` failed:\n{tail}")
-    if component is KUBERAY:
-        _copy_kuberay_crds(staging)
+    _copy_manifests(component, staging, env)
     (staging / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
@@ -85,21 +86,36 @@ def _build_unlocked(component: Component, go: str, directory: Path, log) -> Path
     return directory
 
 
-def _copy_kuberay_crds(staging: Path) -> None:
-    """Keep KubeRay's CRDs beside its binary, read from the pinned module in Go's module cache."""
-    result = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "github.com/ray-project/kuberay/ray-operator"],
-        cwd=KUBERAY.module_dir, capture_output=True, text=True, check=False,
-    )
-    if result.returncode != 0 or not result.stdout.strip():
-        raise DevClusterError("kuberay", f"cannot locate the ray-operator module: {result.stderr.strip()}")
-    bases = Path(result.stdout.strip()) / "config" / "crd" / "bases"
-    crd_dir = staging / "crds"
-    crd_dir.mkdir()
-    for crd in sorted(bases.glob("ray.io_*.yaml")):
-        shutil.copyfile(crd, crd_dir / crd.name)
-    if not any(crd_dir.iterdir()):
-        raise DevClusterError("kuberay", f"no CRDs found under {bases}")
+def _go_env(component: Component) -> dict[str, str]:
+    env = dict(os.environ)
+    if component.toolchain:
+        env["GOTOOLCHAIN"] = component.toolchain
+    return env
+
+
+def _copy_manifests(component: Component, staging: Path, env: dict[str, str]) -> None:
+    """Keep the component's manifests (CRDs, webhooks) beside its binaries, read from the pinned modules in Go's
+    module cache, so a cluster applies the very files of the version it runs."""
+    if not component.manifests:
+        return
+    target = staging / "manifests"
+    target.mkdir()
+    for module, patterns in component.manifests:
+        result = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=component.module_dir,
+                                capture_output=True, text=True, check=False, env=env)
+        if result.returncode != 0 or not result.stdout.strip():
+            raise DevClusterError(component.name, f"cannot locate the module {module}: {result.stderr.strip()}")
+        root = Path(result.stdout.strip())
+        for pattern in patterns:
+            found = sorted(root.glob(pattern))
+            if not found:
+                raise DevClusterError(component.name, f"no file {pattern} in {root}")
+            for path in found:
+                shutil.copyfile(path, target / path.name)
+
+
+def manifests_dir(component: Component, go: str) -> Path:
+    return component_dir(component, go) / "manifests"
 
 
 def build_all(components: tuple[Component, ...] = ALL, log=sys.stderr) -> dict[str, Path]:

@@ -7,8 +7,10 @@ What the default profile is kind about, and this one is not:
   `nvidia.com/gpu.memory`, `nvidia.com/cuda.driver.major`; no label of ours (`grpo.dev/pool`);
 - GPU nodes are tainted `nvidia.com/gpu=present:NoSchedule` as GKE taints them, and the apiserver runs the
   ExtendedResourceToleration admission plugin, which adds the matching toleration only to pods that request GPUs;
-- GPUs are in one zone only (GPU capacity rarely is everywhere), and one GPU pool runs a driver older than the
-  trainer image needs;
+- one static H100 node, in zone c only (GPU capacity rarely is everywhere), an A100 pool on a driver older than
+  the trainer image needs, and a GPU pool that starts at zero nodes: Karpenter with its KWOK provider
+  (karpenter.py) adds H100 machines in zone c when pods ask for them, and removes them when they are empty;
+- real Kueue with a ClusterQueue holding one 8-GPU node's worth of quota, for jobs that name a LocalQueue;
 - the default StorageClass is zonal block storage bound WaitForFirstConsumer (GKE's `standard-rwo`, EBS gp3): the
   scheduler's volume binding picks the zone of the first pod that mounts a claim, and a disk never leaves its
   zone; ReadWriteMany storage exists only as a class one names (Filestore, EFS), never by default.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kueue import Quota
 from .kwok_config import fake_node
 
 REGION = "us-central1"
@@ -39,6 +42,13 @@ GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB
 GFD_COUNT = "nvidia.com/gpu.count"
 GFD_DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
 GFD_DRIVER_MINOR = "nvidia.com/cuda.driver.minor"
+
+# Kueue's ClusterQueue, for namespaces whose LocalQueue points at it: one 8-GPU node's worth, so a second job of
+# that size waits for the first (kueue.py builds the queue, cluster.py starts Kueue).
+CLUSTER_QUEUE = "gpu-cluster-queue"
+KUEUE_QUOTA = Quota(cpu="512", memory="4Ti", gpu=8)
+# Namespaces where Kueue manages Jobs that carry no queue label (they wait until one is given): an admin's opt-in.
+KUEUE_MANAGED = {"devcluster.grpo.dev/kueue-managed": "true"}
 
 # Block storage of one zone, bound where its first pod lands (GKE's standard-rwo, AWS's gp3).
 ZONAL_CLASS = "standard-rwo"
@@ -78,7 +88,7 @@ SYSTEM_POOL = "default-pool"
 GPU_POOL = "h100-pool"
 OLD_DRIVER_POOL = "a100-pool"
 
-# Where the examples must land: GPUs only in zone c, a CPU node in every zone (the preflight, KubeRay's
+# Static nodes (Karpenter adds the rest): GPUs only in zone c, a CPU node in every zone (the preflight, KubeRay's
 # submitter and the converter go there), and the old-driver pool in zone b where a job must not go. Zone c's CPU
 # node is the smallest, so the scheduler's least-allocated scoring puts a lone CPU pod in zone a or b: a pod that
 # decided a zonal claim's zone before the actor did would put it away from the GPUs every time, not 2 times in 3.
@@ -86,7 +96,7 @@ NODE_GROUPS: tuple[NodeGroup, ...] = (
     NodeGroup(SYSTEM_POOL, ZONES[0], 1, "e2-standard-32", "32", "128Gi"),
     NodeGroup(SYSTEM_POOL, ZONES[1], 1, "e2-standard-32", "32", "128Gi"),
     NodeGroup(SYSTEM_POOL, ZONES[2], 1, "e2-standard-16", "16", "64Gi"),
-    NodeGroup(GPU_POOL, ZONES[2], 2, "a3-highgpu-8g", "208", "1872Gi", gpus=8, gpu=H100),
+    NodeGroup(GPU_POOL, ZONES[2], 1, "a3-highgpu-8g", "208", "1872Gi", gpus=8, gpu=H100),
     NodeGroup(OLD_DRIVER_POOL, ZONES[1], 1, "a2-ultragpu-8g", "96", "1360Gi", gpus=8, gpu=A100_OLD_DRIVER),
 )
 

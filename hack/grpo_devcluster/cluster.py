@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from . import cloud_profile, images, kwok_config, leftovers, node_config, pki, processes
+from . import cloud_profile, images, karpenter, kueue, kwok_config, leftovers, node_config, pki, processes
 from . import node as node_mod
 from .build import build_all, cache_root, component_dir, go_version
-from .components import ALL, COREDNS, ETCD, HELM, KUBELET, KUBERAY, KUBERNETES, KWOK
+from .components import CLOUD, CONTROL_PLANE, NODE, Component
 from .errors import DevClusterError
 from .kubeapi import KubeApi
 
@@ -54,6 +54,10 @@ class Ports:
     kuberay_metrics: int = 20380
     kuberay_probe: int = 20381
     dashboard_standin: int = 18265
+    # The cloud profile's Kueue (its webhooks are called by the API server; metrics and health for us).
+    kueue_webhook: int = 20390
+    kueue_metrics: int = 20391
+    kueue_health: int = 20392
 
     @classmethod
     def free(cls) -> Ports:
@@ -180,6 +184,8 @@ class LocalCluster:
             self._seed_cluster()
             if self.cloud:
                 self._start_zonal_volumes()
+                self._start_karpenter()
+                self._start_kueue()
             self._start_dashboard_standin()
             self._start_kuberay()
             if self.real_node:
@@ -308,18 +314,25 @@ class LocalCluster:
                 raise DevClusterError(owner.replace("_", "-"), f"port {port} on 127.0.0.1 is already in use; "
                                       "stop what holds it (`ss -ltnp`) or start with other ports")
 
+    @property
+    def components(self) -> tuple[Component, ...]:
+        """What this profile runs: the cloud profile adds Karpenter and Kueue (minutes of Go build, needed by no
+        other)."""
+        return (*CONTROL_PLANE, *NODE, *(CLOUD if self.cloud else ()))
+
     def _resolve_binaries(self) -> None:
         go = go_version()
-        missing = [c.name for c in ALL if not (component_dir(c, go) / ".complete").is_file()]
+        missing = tuple(c for c in self.components if not (component_dir(c, go) / ".complete").is_file())
         if missing:
-            print(f"[devcluster] building {', '.join(missing)} (first run; cached afterwards)",
+            print(f"[devcluster] building {', '.join(c.name for c in missing)} (first run; cached afterwards)",
                   file=self.log, flush=True)
-            build_all(log=self.log)
-        for component in (ETCD, KUBERNETES, KWOK, KUBERAY, HELM, KUBELET, COREDNS):
+            build_all(missing, log=self.log)
+        for component in self.components:
             directory = component_dir(component, go)
             for name in component.commands:
                 self._bins[name] = directory / "bin" / name
-        self._bins["kuberay-crds"] = component_dir(KUBERAY, go) / "crds"
+            if component.manifests:
+                self._bins[f"{component.name}-manifests"] = directory / "manifests"
 
     def _launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> processes.Started:
         started = processes.start(name, argv, self.log_dir, env)
@@ -439,7 +452,7 @@ class LocalCluster:
         else:
             self.apply([*kwok_config.node_manifests(self.pools), kwok_config.storage_class()])
         # Too large for client-side apply's last-applied annotation.
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("kuberay-crds")))
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("kuberay-manifests")))
         self.wait_established("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
         self.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "nodes", "--all", timeout=90)
         # The `default` namespace's ServiceAccount comes from kube-controller-manager; pods need it.
@@ -452,6 +465,70 @@ class LocalCluster:
     def _start_zonal_volumes(self) -> None:
         self._launch("zonal-volumes", [sys.executable, "-m", "grpo_devcluster.zonal_volumes",
                                        f"--kubeconfig={self.kubeconfig}"], env={"PYTHONPATH": str(HACK_DIR)})
+
+    def _start_karpenter(self) -> None:
+        """Karpenter with its KWOK provider, and the profile's GPU NodePool that starts at zero nodes.
+
+        Its metrics and health servers bind every interface (":<port>", no flag narrows them), so it runs in a
+        network namespace of its own that holds only loopback: the API server is forwarded in through a unix
+        socket to the same address, and nothing it serves is reachable from outside. It is up once it has
+        judged the NodePool Ready."""
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.bin("karpenter-manifests")))
+        self.wait_established(*karpenter.CRD_NAMES)
+        types = self.workdir / "karpenter-instance-types.json"
+        types.write_text(karpenter.instance_types_json())
+        sock = self.workdir / "karpenter-api.sock"
+        forward = self._launch("karpenter-api-forward", ["socat", f"UNIX-LISTEN:{sock},fork,unlink-early,mode=600",
+                                                         f"TCP:127.0.0.1:{self.ports.apiserver}"])
+        processes.wait_until("karpenter-api-forward", sock.exists, forward, 10)
+        launch = karpenter.controller_launch(self.bin("karpenter"), self.kubeconfig, types,
+                                             karpenter.ControllerPorts(metrics=8080, health_probe=8081))
+        inside = (f"ip link set lo up && socat TCP-LISTEN:{self.ports.apiserver},bind=127.0.0.1,fork,reuseaddr "
+                  f"UNIX-CONNECT:{sock} & exec \"$@\"")
+        started = self._launch("karpenter", ["unshare", "--user", "--map-root-user", "--net", "--",
+                                             "sh", "-c", inside, "karpenter", *launch.argv], launch.env)
+        self.apply([karpenter.node_class(), karpenter.node_pool(karpenter.PROFILE_POOL)])
+
+        def pool_ready() -> bool:
+            pool = self.api.find("nodepools", karpenter.PROFILE_POOL.name)
+            conditions = ((pool or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        processes.wait_until("karpenter", pool_ready, started, 60)
+
+    def _start_kueue(self) -> None:
+        """Kueue with a ClusterQueue holding the profile's GPU quota (cloud_profile.KUEUE_QUOTA); a namespace
+        points a LocalQueue at it (cloud_profile.CLUSTER_QUEUE).
+
+        Its webhooks are called by the API server at 127.0.0.1 with a CA of its own. It manages Jobs without the
+        queue label too (manageJobsWithoutQueueName) in the namespaces labelled cloud_profile.KUEUE_MANAGED, as an
+        admin who wants no GPU job to bypass the queues sets it: there an unlabelled Job waits forever. Its metrics
+        certificate has a fixed path under /etc, laid over /etc in a mount namespace of its own
+        (kueue.manager_launch)."""
+        p, root = self.ports, self.workdir / "kueue"
+        certs = kueue.webhook_certs()
+        cert_dir, metrics_dir = root / "certs", root / "etc" / kueue.METRICS_CERT_DIR
+        for directory in (cert_dir, metrics_dir):
+            directory.mkdir(parents=True)
+            (directory / "tls.crt").write_bytes(certs.cert_pem)
+            (directory / "tls.key").write_bytes(certs.key_pem)
+        manifests = [doc for path in sorted(self.bin("kueue-manifests").glob("*.yaml"))
+                     for doc in yaml.safe_load_all(path.read_text()) if doc]
+        crds = kueue.crds([m for m in manifests if m.get("kind") == "CustomResourceDefinition"], p.kueue_webhook,
+                          certs.ca_pem)
+        self.apply(crds, server_side=True)
+        self.wait_established(*(crd["metadata"]["name"] for crd in crds))
+        config = root / "config.yaml"
+        config.write_text(yaml.safe_dump(kueue.manager_config(
+            kueue.ManagerPorts(p.kueue_webhook, p.kueue_metrics, p.kueue_health), cert_dir,
+            manage_jobs_without_queue_name=True, managed_namespaces=cloud_profile.KUEUE_MANAGED)))
+        launch = kueue.manager_launch(self.bin("kueue"), config, self.kubeconfig, etc_overlay=root / "etc")
+        started = self._launch("kueue", launch.argv, launch.env)
+        processes.wait_until("kueue", lambda: processes.http_ok(f"http://127.0.0.1:{p.kueue_health}/readyz"),
+                             started, 60)
+        self.apply(kueue.webhook_configurations(manifests, p.kueue_webhook, certs.ca_pem))
+        self.apply([kueue.resource_flavor(), kueue.cluster_queue(cloud_profile.CLUSTER_QUEUE,
+                                                                 cloud_profile.KUEUE_QUOTA)])
 
     def _start_dashboard_standin(self) -> None:
         p = self.ports

@@ -86,6 +86,37 @@ FAIL_POD_ANNOTATION = "devcluster.grpo.dev/fail"
 # overloaded KubeRay, polling the dashboard late, failed and retried the RayJob after its 30 s grace.
 KEEP_RUNNING_ANNOTATION = "devcluster.grpo.dev/keep-running"
 _COMPONENT = '.metadata.labels["app.kubernetes.io/component"]'
+# A test makes a job's Ray head crash at start, as a head whose image or command is broken does: the kubelet's
+# CrashLoopBackOff waiting state and its BackOff Event (the value of the annotation names the role that crashes).
+CRASH_ANNOTATION = "devcluster.grpo.dev/crash"
+# CEL: the pod is not the one the annotation makes crash (that one never becomes Ready: it goes from Pending straight
+# into the crash loop, as a head whose container exits at once does, so KubeRay never sees a ready cluster).
+_NOT_CRASHING = (
+    f"!has(self.metadata.annotations) || !('{CRASH_ANNOTATION}' in self.metadata.annotations) || "
+    "!has(self.metadata.labels) || !('grpo.dev/role' in self.metadata.labels) || "
+    f"self.metadata.labels['grpo.dev/role'] != self.metadata.annotations['{CRASH_ANNOTATION}']"
+)
+_CRASH_LOOP = _NOW + """
+conditions:
+- {type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
+- {type: PodScheduled, status: "True", lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 3
+  started: false
+  lastState:
+    terminated: {exitCode: 1, reason: Error, startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}
+  state:
+    waiting:
+      reason: CrashLoopBackOff
+      message: {{ printf "back-off 40s restarting failed container=%s" .name | Quote }}
+{{ end }}
+phase: Running
+"""
 SUBMITTER_COMPONENT = "submitter"
 _FAIL_MESSAGE = '{{ index $.metadata.annotations "' + FAIL_POD_ANNOTATION + '" | Quote }}'
 
@@ -250,7 +281,8 @@ def stages(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> list[dict]:
         _stage("node-heartbeat", "Node", [_in(".status.phase", "Running"), _in(ready, "True")],
                {"statusTemplate": _NOW + _NODE_CONDITIONS}, delay_ms=20000, immediate_next=True),
         _stage("pod-ready", "Pod",
-               [not_deleted, _exists(".spec.nodeName", True), _in(".status.phase", "Pending")],
+               [not_deleted, _exists(".spec.nodeName", True), _in(".status.phase", "Pending"),
+                {"cel": {"expression": _NOT_CRASHING}}],
                {"statusTemplate": _POD_RUNNING}, delay_ms=pod_ready_delay_ms),
         _stage("pod-fail", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job, not_preflight,
@@ -272,6 +304,12 @@ def stages(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> list[dict]:
         _stage("preflight-pass", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, False)],
                {"statusTemplate": _PREFLIGHT_PASSED}, delay_ms=pod_ready_delay_ms),
+        _stage("pod-crash-loop", "Pod",
+               [not_deleted, _exists(".spec.nodeName", True), _in(".status.phase", "Pending"),
+                {"cel": {"expression": f"!({_NOT_CRASHING})"}}],
+               {"statusTemplate": _CRASH_LOOP,
+                "event": {"type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container"}},
+               delay_ms=pod_ready_delay_ms),
         _stage("pod-delete", "Pod", [_exists(".metadata.deletionTimestamp", True)], {"delete": True}),
         _pvc_provision_stage(),
     ]

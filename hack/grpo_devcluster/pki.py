@@ -52,7 +52,7 @@ class Pki:
         return self.root / "sa.pub"
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
+def new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
@@ -64,7 +64,7 @@ def _write_key(path: Path, key) -> None:
     path.chmod(0o600)
 
 
-def _sign(subject: x509.Name, public_key, ca_key, issuer: x509.Name, *, is_ca: bool,
+def sign(subject: x509.Name, public_key, ca_key, issuer: x509.Name, *, is_ca: bool,
           usages: list, sans: list | None = None) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -89,7 +89,7 @@ def _sign(subject: x509.Name, public_key, ca_key, issuer: x509.Name, *, is_ca: b
     return builder.sign(ca_key, hashes.SHA256())
 
 
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
+def cert_name(common_name: str, organization: str | None = None) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
     if organization:
         attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
@@ -100,24 +100,24 @@ def generate(root: Path, service_ip: str) -> Pki:
     """A CA, the API server's serving cert, an admin client cert and service-account signing keys."""
     root.mkdir(parents=True, exist_ok=True)
     pki = Pki(root)
-    ca_key = _key()
-    ca_name = _name("grpo-devcluster-ca")
-    ca = _sign(ca_name, ca_key.public_key(), ca_key, ca_name, is_ca=True, usages=[])
+    ca_key = new_key()
+    ca_name = cert_name("grpo-devcluster-ca")
+    ca = sign(ca_name, ca_key.public_key(), ca_key, ca_name, is_ca=True, usages=[])
     pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.ca_key, ca_key)
 
-    serving_key = _key()
+    serving_key = new_key()
     sans: list = [x509.DNSName(n) for n in (
         "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
         "kubernetes.default.svc.cluster.local")]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", service_ip)]
-    serving = _sign(_name("kube-apiserver"), serving_key.public_key(), ca_key, ca_name, is_ca=False,
+    serving = sign(cert_name("kube-apiserver"), serving_key.public_key(), ca_key, ca_name, is_ca=False,
                     usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans)
     pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.serving_key, serving_key)
 
-    admin_key = _key()
-    admin = _sign(_name("devcluster-admin", "system:masters"), admin_key.public_key(), ca_key, ca_name,
+    admin_key = new_key()
+    admin = sign(cert_name("devcluster-admin", "system:masters"), admin_key.public_key(), ca_key, ca_name,
                   is_ca=False, usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
     pki.admin_cert.write_bytes(admin.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.admin_key, admin_key)
@@ -134,8 +134,8 @@ def client_cert(pki: Pki, common_name: str, organization: str | None, file_stem:
     """A client certificate signed by the cluster's CA (user `common_name`, group `organization`)."""
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
-    key = _key()
-    cert = _sign(_name(common_name, organization), key.public_key(), ca_key, ca_name, is_ca=False,
+    key = new_key()
+    cert = sign(cert_name(common_name, organization), key.public_key(), ca_key, ca_name, is_ca=False,
                  usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
     cert_path, key_path = pki.root / f"{file_stem}.crt", pki.root / f"{file_stem}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from grpo_operator.node_rules import DEFAULT_DRIVER_FLOOR
 from grpo_operator.render.network_policy import NetworkPeers, OperatorIdentity
@@ -18,6 +18,13 @@ def _flag(text: str, variable: str) -> bool:
     if text.strip().lower() not in ("true", "false"):
         raise ValueError(f"{variable}={text!r}: expected true or false")
     return text.strip().lower() == "true"
+
+
+def _autoscaling(text: str, variable: str) -> Literal["auto", "always", "never"]:
+    value = text.strip()
+    if value == "auto" or value == "always" or value == "never":
+        return value
+    raise ValueError(f"{variable}={text!r}: expected auto, always or never")
 
 
 def _json_object(text: str, variable: str) -> dict[str, Any]:
@@ -78,7 +85,10 @@ class OperatorSettings:
     metrics_port: int = 8080
     # How often a job that waits for a missing PVC or ConfigMap is checked again.
     dependency_retry_seconds: float = 30.0
-    # How often the claims of a job that is still Pending are checked for binding (reconcile/storage.py).
+    # Whether a job that no node fits now waits for an autoscaler (reconcile/autoscaling.py): auto (Karpenter's
+    # NodePools say), always (cluster-autoscaler, node auto-provisioning), never (refused, as before).
+    autoscaling: Literal["auto", "always", "never"] = "auto"
+    # How often the claims and pods of a job that waits are checked (reconcile/binding.py).
     storage_check_seconds: float = 20.0
     # How long a claim may be Pending while its provisioner works on it (or before any controller has said
     # anything) before the storage check reports it: a burst of claims keeps a provisioner busy for a while.
@@ -110,6 +120,7 @@ class OperatorSettings:
             return cls(
                 default_trainer_image=env.get(prefix + "DEFAULT_TRAINER_IMAGE", cls.default_trainer_image),
                 driver_floor=int(env.get(prefix + "DRIVER_FLOOR", cls.driver_floor)),
+                autoscaling=_autoscaling(env.get(prefix + "AUTOSCALING", cls.autoscaling), prefix + "AUTOSCALING"),
                 namespaces=namespaces,
                 metrics_host=env.get(prefix + "METRICS_HOST", cls.metrics_host),
                 metrics_port=int(env.get(prefix + "METRICS_PORT", cls.metrics_port)),

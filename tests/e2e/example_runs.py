@@ -28,14 +28,16 @@ class ExampleRuns:
     namespace: str
     phases: dict[str, list[str]]  # job -> every phase it passed through, in order (watched)
     role_pods: dict[str, dict]  # the reference job's pods by role (and its head), when all were running
+    colocated_pods: dict[str, dict]  # the colocated job's actor and head, when both were running
 
 
-def _running_role_pods(cluster: LocalCluster, namespace: str) -> dict[str, dict] | None:
-    pods = items(cluster, "pods", "-n", namespace, "-l", f"grpo.dev/job={REFERENCE}")
+def _running_role_pods(cluster: LocalCluster, namespace: str, job: str = REFERENCE,
+                       roles: tuple[str, ...] = (*ROLES, "head")) -> dict[str, dict] | None:
+    pods = items(cluster, "pods", "-n", namespace, "-l", f"grpo.dev/job={job}")
     running = {p["metadata"]["labels"].get("grpo.dev/role"): p for p in pods
                if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")
                and "grpo.dev/role" in p["metadata"]["labels"]}
-    return running if {*ROLES, "head"} <= set(running) else None
+    return running if set(roles) <= set(running) else None
 
 
 def run_examples(cluster: LocalCluster, namespace: str = NAMESPACE) -> ExampleRuns:
@@ -43,7 +45,7 @@ def run_examples(cluster: LocalCluster, namespace: str = NAMESPACE) -> ExampleRu
     cluster.api.patch("namespaces", namespace, None, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
     prepare_job_namespace(cluster, namespace)
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(4) as pool:
         # Watches first, then the jobs: every phase from the first is seen.
         colocated = pool.submit(wait_phase, cluster, namespace, COLOCATED, "Succeeded", 240)
         reference = pool.submit(wait_phase, cluster, namespace, REFERENCE, "Succeeded", 300)
@@ -51,4 +53,7 @@ def run_examples(cluster: LocalCluster, namespace: str = NAMESPACE) -> ExampleRu
         apply_job(cluster, namespace, example("reference-disaggregated"))
         pods = pool.submit(wait_for, "the reference job's actor, rollout and reward pods running",
                            lambda: _running_role_pods(cluster, namespace), 240)
-        return ExampleRuns(namespace, {COLOCATED: colocated.result(), REFERENCE: reference.result()}, pods.result())
+        colocated_pods = pool.submit(wait_for, "the colocated job's actor and head running",
+                                     lambda: _running_role_pods(cluster, namespace, COLOCATED, ("actor", "head")), 240)
+        return ExampleRuns(namespace, {COLOCATED: colocated.result(), REFERENCE: reference.result()}, pods.result(),
+                           colocated_pods.result())

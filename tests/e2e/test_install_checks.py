@@ -56,7 +56,7 @@ def strip_auth_options(cluster: LocalCluster) -> None:
 
 
 def restore_kuberay_crds(cluster: LocalCluster) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(cluster.bin("kuberay-crds")))
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(cluster.bin("kuberay-manifests")))
     cluster.wait_established("rayjobs.ray.io")
 
 

@@ -112,7 +112,8 @@ def test_a_layout_that_cannot_fit_the_gpus_fails_naming_the_micro_batch(
     assert "actor.update needs about" in job["status"]["preflight"]["failures"][0]["message"]
     # The operator passed the pool's GPU memory (the fake nodes' nvidia.com/gpu.memory label) to the check.
     command = get(cluster, "job", f"{NAME}-preflight", "-n", team_ns)["spec"]["template"]["spec"]["containers"][0]
-    assert command["command"][-2:] == ["--gpu-memory", f"actor={81920 * 2**20}"]
+    at = command["command"].index("--gpu-memory")
+    assert command["command"][at:at + 2] == ["--gpu-memory", f"actor={81920 * 2**20}"]
 
 
 def test_preflight_job_is_an_owned_restricted_cpu_child(cluster: LocalCluster, example_runs: ExampleRuns) -> None:

@@ -116,8 +116,9 @@ def test_a_claim_that_cannot_bind_is_named_with_its_reason(cluster: LocalCluster
     assert (f"PersistentVolumeClaim {COLOCATED}-checkpoints (spec.checkpoints.volume) is not bound"
             in claims_bound["message"])
     assert "devcluster.grpo.dev/nobody" in claims_bound["message"]  # the claim's own Event says who should act
-    # Held before any GPU: the preflight pod mounts the claim too, so the job waits in Preflight, not Running.
-    assert get(cluster, "grpojob", COLOCATED, "-n", team_ns)["status"]["phase"] == "Preflight"
+    # Held before any GPU: the preflight does not mount a claim made for the job (on zonal storage it would pick the
+    # disk's zone), so the job passes it and waits in Pending, its Ray pods unscheduled until the claim binds.
+    assert wait_phase(cluster, team_ns, COLOCATED, "Pending", 30)[-1] == "Pending"
     wait_event(cluster, team_ns, COLOCATED, "ClaimNotBound")
 
 

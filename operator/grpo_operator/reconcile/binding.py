@@ -1,10 +1,13 @@
-"""While a job is Pending, look at its claims: one that cannot bind becomes a ClaimsBound condition.
+"""While a job waits (Preflight, Pending), look at what it waits for: claims that cannot bind become a ClaimsBound
+condition, pods that cannot start (no node, an image that cannot be pulled, a crashing container) a PodsReady one.
 
-The operator watches no PVCs or Events (a cluster-wide watch of either costs more than these few
-reads): a job that stays Pending gets a timer instead, every `storage_check_seconds`, until it leaves
-Pending or every claim it mounts is bound. The jobs waiting in a namespace share one list of its claims and
-one of their Events. A claim that a provisioner is still working on is given `claim_provisioning_grace_seconds`
-before it is reported. What the claims and their Events mean is decided in `storage.py`.
+The operator watches no PVCs, pods or Events (a cluster-wide watch of any of them costs more than these few
+reads): a waiting job gets a timer instead, every `storage_check_seconds`, until it leaves Preflight and Pending.
+The jobs waiting in a namespace share one list of its claims, one of their Events (read until every claim of the
+job is bound) and one of the names of its pods that have Warning Events; a job's own pods are read only when one
+of them is among those (or a problem was reported and may be gone). A claim that a provisioner is still working
+on is given `claim_provisioning_grace_seconds` before it is reported. What the claims and their Events mean is
+decided in `storage.py`, what the pods' states mean in `pods.py`.
 """
 
 from __future__ import annotations
@@ -14,16 +17,17 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from grpo_operator.plan import PlanError
-from grpo_operator.reconcile import storage
+from grpo_operator.reconcile import pods, queueing, storage
+from grpo_operator.reconcile.autoscaling import NodePoolView, autoscalers_for
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
-from grpo_operator.reconcile.status import merge_conditions
+from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, said_false
 from grpo_operator.runtime import events, kube
 from grpo_operator.runtime.lookups import SharedLookups, always
 from grpo_operator.runtime.per_generation import PerGeneration
 
 # A timer of their own, beside the creation retries (handlers.RETRIES): both may be pending for a job.
-STORAGE_CHECKS = Retries()
+WAITING_CHECKS = Retries()
 # Phases in which a claim that cannot bind holds the job up: the preflight pod mounts the claims too, so
 # an unbound claim leaves it Pending and the job in Preflight as surely as it leaves Ray pods Pending.
 CLAIMS_CHECKED_IN = ("Preflight", "Pending")
@@ -37,6 +41,16 @@ CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 _SHARED_SECONDS = SETTINGS.storage_check_seconds
 _CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
 _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
+_WARNED_PODS: SharedLookups[frozenset[str]] = SharedLookups(_SHARED_SECONDS)
+_NODEPOOLS: SharedLookups[list[NodePoolView]] = SharedLookups(_SHARED_SECONDS)
+_WORKLOADS: SharedLookups[list[dict]] = SharedLookups(_SHARED_SECONDS)
+
+
+async def nodepools() -> list[NodePoolView]:
+    """Karpenter's NodePools (none without Karpenter), read at most once a check period for every job."""
+    async def read() -> list[NodePoolView]:
+        return [NodePoolView.of(p) for p in await kube.list_nodepools()]
+    return await _NODEPOOLS.lookup("", read, keep=always)
 
 
 def _claims_mounted(job: dict) -> dict[str, str] | None:
@@ -51,6 +65,22 @@ def _claims_mounted(job: dict) -> dict[str, str] | None:
 _WATCHED = PerGeneration(_claims_mounted)
 
 
+def _queue_of(job: dict) -> tuple[str, dict[tuple[str, str], str]] | None:
+    """The job's Kueue LocalQueue and the children Kueue admits, or None when it is not queued."""
+    meta = job["metadata"]
+    try:
+        spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+    except (ValidationError, PlanError):
+        return None
+    queue = spec.scheduling.queue_name
+    return (queue, queueing.owners_of(job_plan)) if queue else None
+
+
+_QUEUED = PerGeneration(_queue_of)
+# The Event each condition's False is announced with (the condition carries the reason of its own).
+_EVENT_REASONS = {storage.CONDITION: "ClaimNotBound", queueing.CONDITION: "WaitingInQueue"}
+
+
 def seconds_since(timestamp: str, now: datetime) -> float:
     """Seconds from an RFC 3339 timestamp of the apiserver to `now`; infinite when there is none."""
     try:
@@ -59,27 +89,58 @@ def seconds_since(timestamp: str, now: datetime) -> float:
         return float("inf")
 
 
-def check_storage_later(namespace: str, name: str) -> None:
-    STORAGE_CHECKS.schedule(
-        (namespace, name), SETTINGS.storage_check_seconds, lambda: _check_storage_held(namespace, name)
+def check_waiting_later(namespace: str, name: str) -> None:
+    WAITING_CHECKS.schedule(
+        (namespace, name), SETTINGS.storage_check_seconds, lambda: _check_waiting_held(namespace, name)
     )
 
 
-async def _check_storage_held(namespace: str, name: str) -> None:
+async def _check_waiting_held(namespace: str, name: str) -> None:
     async with JOB_LOCKS.hold((namespace, name)), kube.call_site("storage-check"):
-        await check_storage(namespace, name)
+        await check_waiting(namespace, name)
 
 
-async def check_storage(namespace: str, name: str) -> None:
-    """While the job waits (Preflight, Pending): say which of its claims cannot bind and why; look again later.
-    The caller holds the job's lock (retries.JOB_LOCKS)."""
+async def check_waiting(namespace: str, name: str) -> None:
+    """While the job waits (Preflight, Pending): say which of its claims cannot bind and which of its pods cannot
+    start, and why; look again later. Once it runs, a problem said before is said to be over. The caller holds the
+    job's lock (retries.JOB_LOCKS)."""
     job = await kube.current_grpojob(namespace, name)
-    status = (job or {}).get("status") or {}
-    if job is None or status.get("phase") not in CLAIMS_CHECKED_IN:
+    if job is None:
         return
+    status = job.get("status") or {}
+    waiting = waits(job)
+    if not waiting and not said_false(status, pods.CONDITION) and not said_false(status, queueing.CONDITION):
+        return
+    found = (await _claims_update(job) if waiting else None, await _queue_update(job, waiting),
+             await _pods_update(job, waiting))
+    updates = [u for u in found if u is not None]
+    updates = [u for u in updates if not conditions_hold(status, (u,))]
+    if updates:
+        conditions = merge_conditions(status.get("conditions") or [], tuple(updates), status.get("observedGeneration"))
+        await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
+        for update in updates:
+            if update.status == "False":
+                events.warn(job, reason=_EVENT_REASONS.get(update.type, update.reason), message=update.message)
+    if waiting:
+        check_waiting_later(namespace, name)
+
+
+def waits(job: dict) -> bool:
+    """Preflight or Pending; or Suspended by Kueue (the job is queued and its user did not suspend it): its RayJob
+    waits for quota, which the QueueAdmitted condition says."""
+    phase = (job.get("status") or {}).get("phase")
+    if phase in CLAIMS_CHECKED_IN:
+        return True
+    user_suspended = bool(((job.get("spec") or {}).get("scheduling") or {}).get("suspend"))
+    return phase == "Suspended" and not user_suspended and _QUEUED.of(job) is not None
+
+
+async def _claims_update(job: dict) -> ConditionUpdate | None:
+    meta, status = job["metadata"], job.get("status") or {}
+    namespace = meta["namespace"]
     watched = _WATCHED.of(job)
     if watched is None:
-        return
+        return None
     claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
     facts = [claims.get(c) for c in watched]
     problems = []
@@ -91,11 +152,52 @@ async def check_storage(namespace: str, name: str) -> None:
                                       seconds_since(found.created, now), SETTINGS.claim_provisioning_grace_seconds)
             if problem is not None:
                 problems.append(problem)
-    update = storage.storage_condition(problems, storage.reported_unbound(status))
-    if update is not None and not conditions_hold(status, (update,)):
-        conditions = merge_conditions(status.get("conditions") or [], (update,), status.get("observedGeneration"))
-        await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
-        if update.status == "False":
-            events.warn(job, reason="ClaimNotBound", message=update.message)
-    if not storage.every_claim_bound(facts):
-        check_storage_later(namespace, name)
+    return storage.storage_condition(problems, said_false(status, storage.CONDITION))
+
+
+async def _queue_update(job: dict, waiting: bool) -> ConditionUpdate | None:
+    queued = _QUEUED.of(job)
+    if queued is None:
+        return None
+    queue, owners = queued
+    namespace, status = job["metadata"]["namespace"], job.get("status") or {}
+    reported = said_false(status, queueing.CONDITION)
+    if not waiting:
+        return queueing.queue_condition([], queue, reported)
+    workloads = await _WORKLOADS.lookup(namespace, lambda: kube.workloads_in(namespace), keep=always)
+    return queueing.queue_condition(queueing.waiting_workloads(workloads, owners), queue, reported)
+
+
+async def _pods_update(job: dict, waiting: bool) -> ConditionUpdate | None:
+    meta, status = job["metadata"], job.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    reported = said_false(status, pods.CONDITION)
+    if not waiting:
+        return pods.pods_condition([], reported, [])  # it runs: what was said is over
+    warned = await _WARNED_PODS.lookup(namespace, lambda: kube.warned_pods_in(namespace), keep=always)
+    if not reported and not pods.may_be_of(name, warned):
+        return None
+    found = [p for p in map(pods.pod_problem, await kube.job_pods(namespace, name)) if p is not None]
+    if not found:
+        # Said to be over once the job runs, not before: the Ray pods a WaitingForCapacity was said for at creation
+        # may not exist yet, and a pod that stopped failing may not have started either.
+        return None
+    autoscalers: list[str] = []
+    if any(p.reason == pods.UNSCHEDULABLE for p in found):
+        autoscalers = await _autoscalers(job, found)
+    return pods.pods_condition(found, reported, autoscalers)
+
+
+async def _autoscalers(job: dict, problems: list[pods.PodProblem]) -> list[str]:
+    """Who may add nodes for the job's unschedulable GPU roles (its head and CPU pods have nodes, or none will)."""
+    meta = job["metadata"]
+    try:
+        _, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+    except (ValidationError, PlanError):
+        return []
+    pools = await nodepools() if SETTINGS.autoscaling == "auto" else []
+    found: list[str] = []
+    for group in job_plan.groups:
+        if any(group.role in p.part for p in problems):
+            found += [a for a in autoscalers_for(group, pools, SETTINGS.autoscaling) if a not in found]
+    return found

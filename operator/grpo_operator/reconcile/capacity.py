@@ -98,6 +98,7 @@ class Shortfall:
     field: str
     reason: str
     message: str
+    role: str = ""
 
 
 def _describe(group: WorkerGroup) -> str:
@@ -134,6 +135,7 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
             f"spec.{field}: {group.replicas} pod(s) of {_describe(group)} cannot be placed: {why}. Judged from what "
             f"the nodes can allocate, not current use; add nodes to the pool, change the role's nodeSelector or "
             f"tolerations, or lower its gpus/replicas. The job starts by itself once the nodes exist.",
+            group.role,
         ))
     return found
 
@@ -157,6 +159,7 @@ def _driver_shortfall(field: str, nodes: Sequence[NodeView], group: WorkerGroup)
         f"their first CUDA call. Upgrade the pool's driver to {floor} or later (GKE: a node version whose driver is "
         f"R{floor}+, or gpu-driver-version=latest; EKS: a newer accelerated AMI), or send the role to another pool "
         f"with its nodeSelector. The job starts by itself once such nodes exist.",
+        group.role,
     )
 
 

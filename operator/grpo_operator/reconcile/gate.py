@@ -54,8 +54,10 @@ def preflight_children(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, i
     ]
 
 
-async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> list[Child]:
-    """Create (or keep, or replace a stale) preflight Job and say so in the status."""
+async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int],
+                waiting: tuple[ConditionUpdate, ...] = ()) -> list[Child]:
+    """Create (or keep, or replace a stale) preflight Job and say so in the status (with `waiting`: what the job
+    will wait for once the preflight passed, such as nodes an autoscaler may add)."""
     meta, status = job["metadata"], job.get("status") or {}
     children = preflight_children(spec, plan, gpu_memory)
     created = await create_children(job, children)
@@ -74,7 +76,7 @@ async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[st
     accepted = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; the preflight checks it before any GPU")
     await write_status(
         meta["namespace"], meta["name"], status, meta.get("generation"), "Preflight",
-        (accepted, *preflight.conditions(running)),
+        (accepted, *preflight.conditions(running), *waiting),
         {**fields, "preflight": preflight.preflight_status(plan.names.preflight_job, digest, None)},
     )
     return created

@@ -24,8 +24,9 @@ from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec, SecuritySpec
 from grpo_operator.node_rules import DRIVER_LABEL
 from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
-from grpo_operator.reconcile import gate, guardrail_actions
-from grpo_operator.reconcile.binding import CLAIMS_CHECKED_IN, STORAGE_CHECKS, check_storage_later
+from grpo_operator.reconcile import binding, gate, guardrail_actions, pods
+from grpo_operator.reconcile.autoscaling import autoscalers_for
+from grpo_operator.reconcile.binding import WAITING_CHECKS, check_waiting_later
 from grpo_operator.reconcile.capacity import (
     NodeView,
     capacity_shortfalls,
@@ -68,7 +69,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
         kube.JOBS.forget(namespace, name)
         metrics.forget(namespace, name)
         RETRIES.cancel(key)
-        STORAGE_CHECKS.cancel(key)
+        WAITING_CHECKS.cancel(key)
         _SETTLED.discard(uid)
         return
     job = dict(body)
@@ -243,8 +244,10 @@ async def create(job: dict) -> None:
                     _missing(namespace, job_spec, job_plan), _nodes(job, job_plan)
                 )
             # Kueue admits by its own quotas; without it, a pool that can never hold a role is said now.
+            waiting: tuple[ConditionUpdate, ...] = ()
             if nodes is not None and not job_spec.scheduling.queue_name:
-                problems += [(s.field, s.reason, s.message) for s in capacity_shortfalls(job_plan, nodes)]
+                refused, waiting = await _capacity(job_plan, nodes)
+                problems += refused
             unchecked = unchecked_driver_pools(job_plan, nodes or []) if not problems else []
             if unchecked:
                 events.warn(job, reason="DriverUnchecked", message=(
@@ -257,7 +260,7 @@ async def create(job: dict) -> None:
                     job_plan = _with_existing_claims(job_spec, job_plan, claims)
                     if job_spec.preflight.enabled:
                         gpu_memory = gpu_memory_by_role(job_plan, nodes or [], _gpu_memory_override(job_spec))
-                        created = _kinds_and_names(await gate.begin(job, job_spec, job_plan, gpu_memory))
+                        created = _kinds_and_names(await gate.begin(job, job_spec, job_plan, gpu_memory, waiting))
                     else:
                         created = _kinds_and_names(await create_children(job, training_children(
                             job_spec, job_plan, SETTINGS.network_policy)))
@@ -279,9 +282,9 @@ async def create(job: dict) -> None:
             message = "created " + ", ".join(f"{kind} {child}" for kind, child in created)
             events.post(job, type="Normal", reason="Created", message=message)
         if not job_spec.preflight.enabled:
-            await _started_without_preflight(job, job_plan)
+            await _started_without_preflight(job, job_plan, waiting)
         _SETTLED.add(meta.get("uid", ""))
-        check_storage_later(namespace, name)
+        check_waiting_later(namespace, name)
         result = "success"
     except Exception as exc:
         # kopf logs and drops a watch handler's exception; the job is tried again instead.
@@ -315,7 +318,33 @@ def _kinds_and_names(children: list[Child]) -> list[tuple[str, str]]:
     return [(c.kind, c.name) for c in children]
 
 
-async def _started_without_preflight(job: dict, plan: Plan) -> None:
+Problems = list[tuple[str, str, str]]  # (field, reason, message) of what refuses a job
+
+
+async def _capacity(job_plan: Plan, nodes: list[NodeView]) -> tuple[Problems, tuple[ConditionUpdate, ...]]:
+    """The roles no node fits now: refused, unless an autoscaler may add nodes for them (reconcile/autoscaling.py);
+    those are created, so that their pods ask for the nodes, with a PodsReady condition saying what they wait for."""
+    shortfalls = capacity_shortfalls(job_plan, nodes)
+    if not shortfalls:
+        return [], ()
+    pools = await binding.nodepools() if SETTINGS.autoscaling == "auto" else []
+    refused: Problems = []
+    waiting: list[str] = []
+    for shortfall in shortfalls:
+        group = job_plan.group(shortfall.role)  # type: ignore[arg-type]
+        autoscalers = autoscalers_for(group, pools, SETTINGS.autoscaling) if group is not None else []
+        if autoscalers:
+            waiting.append(f"spec.{shortfall.field}: no node fits its pods now ({shortfall.reason}); "
+                           f"{', '.join(autoscalers)} may add nodes for them, and the job's pods are created so "
+                           "that it does")
+        else:
+            refused.append((shortfall.field, shortfall.reason, shortfall.message))
+    if refused or not waiting:
+        return refused, ()
+    return [], (ConditionUpdate(pods.CONDITION, "False", pods.WAITING_FOR_CAPACITY, "; ".join(waiting)),)
+
+
+async def _started_without_preflight(job: dict, plan: Plan, waiting: tuple[ConditionUpdate, ...] = ()) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
     # events find nothing to change (rayjob_event skips a status-less RayJob).
@@ -328,7 +357,7 @@ async def _started_without_preflight(job: dict, plan: Plan) -> None:
     }
     valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
     await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), initial.phase,
-                       (initial.ready, valid, disabled_condition()), fields)
+                       (initial.ready, valid, disabled_condition(), *waiting), fields)
 
 
 # Top-level spec fields the CRD gained, with a default, after jobs already existed: the apiserver fills the
@@ -394,8 +423,8 @@ async def resync(job: dict) -> None:
             _retry_later(meta["namespace"], meta["name"], SETTINGS.error_retry_seconds)
             return
     await sync_status(meta["namespace"], meta["name"])
-    if status.get("phase") in CLAIMS_CHECKED_IN:
-        check_storage_later(meta["namespace"], meta["name"])
+    if binding.waits(job):
+        check_waiting_later(meta["namespace"], meta["name"])
 
 
 # At most `max_jobs_in_flight` creates and resyncs at once: a burst of 1000 jobs otherwise rendered all 1000

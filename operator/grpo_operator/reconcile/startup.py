@@ -10,7 +10,7 @@ import kopf
 
 from grpo_operator import metrics
 from grpo_operator.reconcile import mirror
-from grpo_operator.reconcile.binding import STORAGE_CHECKS
+from grpo_operator.reconcile.binding import WAITING_CHECKS
 from grpo_operator.reconcile.common import SETTINGS
 from grpo_operator.reconcile.compat import COMPAT
 from grpo_operator.reconcile.handlers import RETRIES
@@ -92,7 +92,7 @@ async def _check_kuberay() -> None:
 async def close_client(**_: Any) -> None:
     await events.flush()
     RETRIES.cancel_all()
-    STORAGE_CHECKS.cancel_all()
+    WAITING_CHECKS.cancel_all()
     for task in _background:
         task.cancel()
     _background.clear()

@@ -6,6 +6,7 @@ talks to the API, so every transition is a unit test.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -149,7 +150,9 @@ def observe_rayjob(name: str, rayjob: dict | None, export_enabled: bool, rehears
     if deployment in _SUSPENDED:
         return Observation(
             "Suspended",
-            ConditionUpdate("Ready", "False", "RayJobSuspended", f"RayJob {name} is {deployment.lower()}"),
+            ConditionUpdate("Ready", "False", "RayJobSuspended",
+                            f"RayJob {name} is {deployment.lower()} (by spec.scheduling.suspend, or by Kueue until it "
+                            "admits the job: see the QueueAdmitted condition)"),
             fields=fields,
         )
     if deployment in ("Running", "Retrying"):
@@ -324,3 +327,8 @@ def merge_conditions(
             **({"observedGeneration": generation} if generation is not None else {}),
         }
     return list(merged.values())
+
+
+def said_false(status: Mapping[str, Any], kind: str) -> bool:
+    """Whether the status holds condition `kind` as False: a problem was said, and must be said to be over."""
+    return any(c.get("type") == kind and c.get("status") == "False" for c in status.get("conditions") or [])

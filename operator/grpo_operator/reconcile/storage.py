@@ -91,13 +91,3 @@ def storage_condition(problems: Sequence[ClaimProblem], reported: bool) -> Condi
         return ConditionUpdate(CONDITION, "True", "Bound", "every PersistentVolumeClaim the job mounts is bound")
     return None
 
-
-def every_claim_bound(facts: Sequence[ClaimFacts | None]) -> bool:
-    """Nothing left to watch: every claim exists and is bound. A claim binds once (only a deleted volume makes it
-    Lost, and then the pods say so), so the storage check stops here instead of reading the claims every
-    `storage_check_seconds` while the job's pods wait for nodes."""
-    return all(f is not None and f.phase == "Bound" for f in facts)
-
-
-def reported_unbound(status: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == CONDITION and c.get("status") == "False" for c in status.get("conditions") or [])

@@ -37,6 +37,20 @@ def metadata(plan: Plan, name: str, component: str, **extra_labels: str) -> dict
     return {"name": name, "namespace": plan.names.namespace, "labels": labels(plan, component, **extra_labels)}
 
 
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def workload_metadata(spec: GRPOJobSpec, plan: Plan, name: str, component: str) -> dict[str, Any]:
+    """Metadata of a child that runs pods as a workload of its own (the RayJob, the preflight and converter Jobs):
+    with spec.scheduling.queueName, Kueue's queue label on every one of them. Where Kueue manages Jobs without the
+    label (manageJobsWithoutQueueName, or a LocalQueue named `default`), an unlabelled Job would be queued where
+    no quota was meant for it, or wait forever; labelled, each is admitted from the job's own queue."""
+    meta = metadata(plan, name, component)
+    if spec.scheduling.queue_name:
+        meta["labels"][KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    return meta
+
+
 def trainer_env(spec: GRPOJobSpec, plan: Plan) -> list[dict[str, Any]]:
     """Env of every trainer container: the GRPOJob to report into, the metrics port, the guardrails, then the
     user's."""

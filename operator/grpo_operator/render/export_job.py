@@ -6,7 +6,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.render.common import Volumes, apply_pod_placement, metadata, pod_metadata
+from grpo_operator.render.common import Volumes, apply_pod_placement, pod_metadata, workload_metadata
 from grpo_operator.render.security import restrict
 
 # The converter's --dtype spellings for the API's.
@@ -75,7 +75,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(plan, plan.names.export_job, "export"),
+        "metadata": workload_metadata(spec, plan, plan.names.export_job, "export"),
         "spec": {
             # One retry covers a node lost mid-copy; the converter is idempotent (identical target is
             # accepted) and a deterministic refusal fails the same way twice, cheaply.

@@ -24,9 +24,9 @@ from grpo_operator.render.common import (
     DIGEST_ANNOTATION,
     apply_pod_placement,
     content_digest,
-    metadata,
     pod_metadata,
     trainer_env,
+    workload_metadata,
 )
 from grpo_operator.render.rayjob import trainer_volumes
 from grpo_operator.render.security import restrict
@@ -75,7 +75,7 @@ def render_preflight_job(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str,
     apply_pod_placement(pod_spec, spec, plan.head)
     template = {"metadata": pod_metadata(spec, plan, COMPONENT), "spec": pod_spec}
     digest = content_digest(template, render_verl_config(spec, plan))
-    meta = metadata(plan, plan.names.preflight_job, COMPONENT)
+    meta = workload_metadata(spec, plan, plan.names.preflight_job, COMPONENT)
     meta["annotations"] = {DIGEST_ANNOTATION: digest}
     return {
         "apiVersion": "batch/v1",

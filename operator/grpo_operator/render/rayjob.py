@@ -18,16 +18,15 @@ from grpo_operator.render.common import (
     ROLE_LABEL,
     Volumes,
     apply_pod_placement,
-    metadata,
     pod_metadata,
     trainer_env,
+    workload_metadata,
 )
 from grpo_operator.render.security import restrict
 from grpo_operator.render.submitter import SUBMISSION_MODE, render_submitter_template
 
 ENTRYPOINT_TEMPLATE = "grpo-train --config_path {config_file}"
 REHEARSAL_FLAG = "--rehearsal"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # The trainer image's Ray (images/trainer/requirements.in; a unit test keeps them equal). KubeRay reads
 # rayClusterSpec.rayVersion to decide what the cluster can do: token authentication needs 2.52 or later.
@@ -190,9 +189,7 @@ def render_rayjob(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
     ``spec.suspend`` is only the initial value: after creation Kueue owns it, and the handlers
     must never overwrite it (they patch it only to follow the GRPOJob's scheduling.suspend).
     """
-    meta = metadata(plan, plan.names.rayjob, "trainer")
-    if spec.scheduling.queue_name:
-        meta["labels"][KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    meta = workload_metadata(spec, plan, plan.names.rayjob, "trainer")
     rayjob_spec: dict[str, Any] = {
         "entrypoint": entrypoint(spec, plan),
         # Kueue needs it, and GPUs should not idle after the job ends: the RayCluster goes after

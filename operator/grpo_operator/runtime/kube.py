@@ -129,6 +129,9 @@ RESOURCES: dict[str, Resource] = {
 }
 
 
+NODEPOOLS_PATH = "/apis/karpenter.sh/v1/nodepools"
+
+
 class ApiError(Exception):
     """A Kubernetes API answer other than success, with the Status object's reason and message."""
 
@@ -495,6 +498,48 @@ async def claim_events_in(namespace: str) -> dict[str, list[dict]]:
     for event in found.get("items") or []:
         by_claim.setdefault((event.get("involvedObject") or {}).get("name", ""), []).append(event)
     return by_claim
+
+
+async def warned_pods_in(namespace: str) -> frozenset[str]:
+    """Names of the namespace's pods that have Warning Events (the scheduler's FailedScheduling, the kubelet's
+    image pull and back-off failures, an autoscaler's refusals): one list for all the jobs that wait there, and
+    most of the time an empty one."""
+    params = {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}
+    found = await api().request("GET", RESOURCES["Event"].path(namespace), params=params)
+    return frozenset((e.get("involvedObject") or {}).get("name", "") for e in found.get("items") or [])
+
+
+async def job_pods(namespace: str, job: str) -> list[dict]:
+    """The pods of one GRPOJob (the operator's, KubeRay's and the Jobs' pods all carry its label)."""
+    params = {"labelSelector": f"grpo.dev/job={job}"}
+    found = await api().request("GET", RESOURCES["Pod"].path(namespace), params=params)
+    return found.get("items") or []
+
+
+async def workloads_in(namespace: str) -> list[dict]:
+    """Kueue's Workloads of the namespace (v1beta2, else the older v1beta1); none where Kueue is not installed."""
+    for version in ("v1beta2", "v1beta1"):
+        try:
+            found = await api().request("GET", f"/apis/kueue.x-k8s.io/{version}/namespaces/{namespace}/workloads")
+        except ApiError as exc:
+            if exc.status == 404:
+                continue
+            if exc.status == 403:
+                return []
+            raise
+        return found.get("items") or []
+    return []
+
+
+async def list_nodepools() -> list[dict]:
+    """Karpenter's NodePools; none where Karpenter is not installed (its CRD is missing) or may not be read."""
+    try:
+        found = await api().request("GET", NODEPOOLS_PATH)
+    except ApiError as exc:
+        if exc.status in (403, 404):
+            return []
+        raise
+    return found.get("items") or []
 
 
 async def patch_rayjob_ttl(namespace: str, name: str, seconds: int) -> None:

@@ -122,7 +122,7 @@ def test_claims_timer_schedules_its_check_under_the_jobs_lock(monkeypatch: pytes
     async def record(namespace: str, name: str) -> None:
         calls.append((namespace, name))
 
-    monkeypatch.setattr(binding, "check_storage", record)
+    monkeypatch.setattr(binding, "check_waiting", record)
     monkeypatch.setattr(binding, "SETTINGS", dataclasses.replace(binding.SETTINGS, storage_check_seconds=0.0))
 
     async def scenario() -> list[str]:
@@ -130,7 +130,7 @@ def test_claims_timer_schedules_its_check_under_the_jobs_lock(monkeypatch: pytes
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30  # generous: the timer's task only has to reach the lock
         async with JOB_LOCKS.hold(KEY):
-            binding.check_storage_later(*KEY)
+            binding.check_waiting_later(*KEY)
             # The timer fired (delay 0) and its check queued behind us for the job's lock: two users of it.
             while JOB_LOCKS._locks[KEY][1] < 2 and loop.time() < deadline:
                 await asyncio.sleep(0.01)

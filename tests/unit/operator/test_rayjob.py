@@ -8,7 +8,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec, PodMetadata
 from grpo_operator.plan import Plan
-from grpo_operator.render import render_children, render_rayjob
+from grpo_operator.render import render_children, render_export_job, render_preflight_job, render_rayjob
 from grpo_operator.render.rayjob import RAY_VERSION
 from grpojob_fixtures import example_body, pinned_to_pools, plan_of, spec_with
 
@@ -196,6 +196,7 @@ def test_scheduling_fields_reach_the_rayjob_and_pods(colocated_body: dict[str, A
         }
         s["imagePullSecrets"] = [{"name": "regcred"}]
         s["serviceAccountName"] = "team-sa"
+        s["export"] = {"enabled": True, "target": {"claimName": "exports", "path": "out"}}
         s["placement"]["roles"]["actor"]["tolerations"] = [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
         ]
@@ -203,6 +204,10 @@ def test_scheduling_fields_reach_the_rayjob_and_pods(colocated_body: dict[str, A
     spec = spec_with(colocated_body, edit)
     rj = render_rayjob(spec, plan_of(spec))
     assert rj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    # Every Job of the job is admitted from the same queue: where Kueue manages unlabelled Jobs too, they would
+    # otherwise wait for quota meant for nobody.
+    for job in (render_preflight_job(spec, plan_of(spec), {}), render_export_job(spec, plan_of(spec))):
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     assert (rj["spec"]["suspend"], rj["spec"]["activeDeadlineSeconds"], rj["spec"]["backoffLimit"]) == (True, 86400, 5)
     pod = _groups(rj)["actor"]["template"]["spec"]
     assert pod["priorityClassName"] == "training"

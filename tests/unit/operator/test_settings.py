@@ -30,12 +30,16 @@ def test_tuning_variables_override_the_defaults() -> None:
         "GRPO_OPERATOR_MAX_CONNECTIONS": "16",
         "GRPO_OPERATOR_NAMESPACES": "team-a, team-b,",
         "GRPO_OPERATOR_DRIVER_FLOOR": "0",
+        "GRPO_OPERATOR_AUTOSCALING": "always",
     })
     assert (settings.max_jobs_in_flight, settings.error_retry_seconds, settings.max_connections) == (8, 2.5, 16)
     assert settings.driver_floor == 0 and OperatorSettings.from_env({}).driver_floor == 580
+    assert settings.autoscaling == "always" and OperatorSettings.from_env({}).autoscaling == "auto"
     assert settings.namespaces == ("team-a", "team-b")
 
 
 def test_a_bad_value_stops_the_operator_with_the_variable_family_named() -> None:
     with pytest.raises(SystemExit, match="GRPO_OPERATOR_"):
         OperatorSettings.from_env({"GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT": "many"})
+    with pytest.raises(SystemExit, match="GRPO_OPERATOR_AUTOSCALING='sometimes': expected auto, always or never"):
+        OperatorSettings.from_env({"GRPO_OPERATOR_AUTOSCALING": "sometimes"})

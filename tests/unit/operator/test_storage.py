@@ -8,10 +8,9 @@ from typing import Any
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.reconcile.binding import seconds_since
+from grpo_operator.reconcile.status import said_false
 from grpo_operator.reconcile.storage import (
     claims_of,
-    every_claim_bound,
-    reported_unbound,
     storage_condition,
     unbound,
 )
@@ -67,21 +66,14 @@ def test_the_condition_turns_true_only_after_it_was_false() -> None:
     assert storage_condition([], reported=False) is None  # no write at all for jobs that never had a problem
     resolved = storage_condition([], reported=True)
     assert resolved is not None and (resolved.status, resolved.reason) == ("True", "Bound")
-    assert reported_unbound({"conditions": [{"type": "ClaimsBound", "status": "False"}]})
-    assert not reported_unbound({"conditions": [{"type": "Ready", "status": "False"}]})
+    assert said_false({"conditions": [{"type": "ClaimsBound", "status": "False"}]}, "ClaimsBound")
+    assert not said_false({"conditions": [{"type": "Ready", "status": "False"}]}, "ClaimsBound")
 
 
 def test_claim_facts_are_read_from_the_claim() -> None:
     claim = {"spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Bound"}}
     assert claim_facts_of(claim) == ClaimFacts(("ReadWriteOnce",), "Bound", "")
     assert claim_facts_of({"spec": {}}) == ClaimFacts((), "Pending")
-
-
-def test_the_check_stops_only_once_every_claim_exists_and_is_bound() -> None:
-    bound = ClaimFacts(("ReadWriteOnce",), "Bound")
-    assert every_claim_bound([bound, bound])
-    assert not every_claim_bound([bound, PENDING])
-    assert not every_claim_bound([bound, None])  # not created yet (or deleted): look again
 
 
 def test_a_claim_being_provisioned_is_reported_only_after_the_grace() -> None:

@@ -1,0 +1,92 @@
+"""Pods that cannot start, said in the job's status instead of a job that sits in Preflight or Pending.
+
+An image that cannot be pulled, a pod no node can take, a container that crashes at start: each leaves the job
+waiting with nothing on the GRPOJob to say why, until a deadline ends it. The pod's own status says why (the
+kubelet's waiting reason and message, the scheduler's PodScheduled condition); here it becomes a `PodsReady`
+condition naming the pod's part in the job and the reason, and an Event. A pod that waits for nodes an autoscaler
+may add is not a failure: `WaitingForCapacity`, with the scheduler's message and the NodePools that may add them.
+
+Pure: the handlers read the pods (only those of jobs that have Warning Events) and write what this returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_operator.reconcile.status import ConditionUpdate
+from grpo_operator.render.common import COMPONENT_LABEL, ROLE_LABEL
+
+CONDITION = "PodsReady"
+# The kubelet's waiting reasons that do not pass by themselves (a container merely being created does).
+STUCK = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CrashLoopBackOff",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+})
+UNSCHEDULABLE = "Unschedulable"
+WAITING_FOR_CAPACITY = "WaitingForCapacity"
+HINT = "see docs/troubleshooting.md#pods-do-not-start"
+_PARTS = {"preflight": "the preflight", "submitter": "KubeRay's submitter", "export": "the converter"}
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    pod: str
+    part: str
+    reason: str
+    message: str
+
+    def describe(self) -> str:
+        return f"pod {self.pod} ({self.part}): {self.reason}: {self.message}"
+
+
+def part_of(pod: Mapping[str, Any]) -> str:
+    """What the pod is to the job, in words: the preflight, the Ray head, the actor's Ray worker, ..."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    role = labels.get(ROLE_LABEL)
+    if role == "head":
+        return "the Ray head"
+    if role:
+        return f"the {role}'s Ray worker"
+    return _PARTS.get(labels.get(COMPONENT_LABEL, ""), "a pod of the job")
+
+
+def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
+    """The pod's own account of why it does not run: a container stuck waiting, or no node for it."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    name, part = str(meta.get("name", "")), part_of(pod)
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK:
+            message = f"container {container.get('name')}: {waiting.get('message') or waiting['reason']}"
+            return PodProblem(name, part, str(waiting["reason"]), message)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                and condition.get("reason") == UNSCHEDULABLE:
+            return PodProblem(name, part, UNSCHEDULABLE, str(condition.get("message") or "no node can take it"))
+    return None
+
+
+def pods_condition(problems: Sequence[PodProblem], reported: bool,
+                   autoscalers: Sequence[str]) -> ConditionUpdate | None:
+    """PodsReady False with every problem (WaitingForCapacity when only nodes are missing and `autoscalers` may add
+    them); True once they are gone, only if False was reported before."""
+    if problems:
+        text = "; ".join(p.describe() for p in problems)
+        if autoscalers and all(p.reason == UNSCHEDULABLE for p in problems):
+            return ConditionUpdate(CONDITION, "False", WAITING_FOR_CAPACITY,
+                                   f"waiting for nodes that {', '.join(autoscalers)} may add: {text}")
+        return ConditionUpdate(CONDITION, "False", problems[0].reason, f"{text}; {HINT}")
+    if reported:
+        return ConditionUpdate(CONDITION, "True", "Started", "every pod of the job was scheduled and started")
+    return None
+
+
+
+def may_be_of(job: str, pod_names: frozenset[str]) -> bool:
+    """Whether a pod with a Warning could be one of the job's: every pod of the job is named after it (the
+    preflight and converter Jobs', the RayJob's submitter and RayCluster); its labels decide once it is read."""
+    return any(name.startswith(f"{job}-") for name in pod_names)

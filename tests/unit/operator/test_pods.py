@@ -1,0 +1,67 @@
+"""Pods that cannot start become a PodsReady condition: the kubelet's and the scheduler's words, the pod's part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_operator.reconcile.pods import may_be_of, pod_problem, pods_condition
+from grpo_operator.reconcile.status import said_false
+
+
+def _pod(role: str | None = None, component: str = "trainer", containers: list | None = None,
+         conditions: list | None = None, phase: str = "Pending") -> dict[str, Any]:
+    labels = {"app.kubernetes.io/component": component, **({"grpo.dev/role": role} if role else {})}
+    return {"metadata": {"name": "job-abcde-head-xyz12", "labels": labels},
+            "status": {"phase": phase, "containerStatuses": containers or [], "conditions": conditions or []}}
+
+
+def _waiting(reason: str, message: str) -> list[dict]:
+    return [{"name": "ray-head", "state": {"waiting": {"reason": reason, "message": message}}}]
+
+
+UNSCHEDULABLE = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                  "message": "0/6 nodes are available: 2 Insufficient nvidia.com/gpu."}]
+
+
+def test_an_image_that_cannot_be_pulled_names_the_container_and_the_kubelets_message() -> None:
+    problem = pod_problem(_pod("head", containers=_waiting("ErrImagePull", 'failed to pull "registry.invalid/x:1"')))
+    assert problem is not None and problem.reason == "ErrImagePull" and problem.part == "the Ray head"
+    assert problem.describe() == ('pod job-abcde-head-xyz12 (the Ray head): ErrImagePull: container ray-head: '
+                                  'failed to pull "registry.invalid/x:1"')
+
+
+def test_a_pod_no_node_takes_carries_the_schedulers_message() -> None:
+    problem = pod_problem(_pod("actor", conditions=UNSCHEDULABLE))
+    assert problem is not None and problem.reason == "Unschedulable" and problem.part == "the actor's Ray worker"
+    assert "2 Insufficient nvidia.com/gpu" in problem.message
+
+
+def test_passing_states_and_ended_pods_are_no_problem() -> None:
+    assert pod_problem(_pod("head", containers=_waiting("ContainerCreating", ""))) is None
+    assert pod_problem(_pod(component="preflight", containers=_waiting("CrashLoopBackOff", "x"),
+                            phase="Failed")) is None
+    crash = pod_problem(_pod(component="preflight", containers=_waiting("CrashLoopBackOff", "back-off 10s")))
+    assert crash is not None and crash.part == "the preflight"
+
+
+def test_waiting_for_nodes_an_autoscaler_may_add_is_not_a_failure() -> None:
+    problem = pod_problem(_pod("actor", conditions=UNSCHEDULABLE))
+    assert problem is not None
+    waiting = pods_condition([problem], False, ["Karpenter NodePool gpu"])
+    assert waiting is not None and (waiting.status, waiting.reason) == ("False", "WaitingForCapacity")
+    assert waiting.message.startswith("waiting for nodes that Karpenter NodePool gpu may add: pod ")
+    stuck = pods_condition([problem], False, [])
+    assert stuck is not None and stuck.reason == "Unschedulable" and "troubleshooting" in stuck.message
+
+
+def test_the_condition_clears_only_after_it_was_said() -> None:
+    assert pods_condition([], False, []) is None
+    cleared = pods_condition([], True, [])
+    assert cleared is not None and (cleared.status, cleared.reason) == ("True", "Started")
+    assert said_false({"conditions": [{"type": "PodsReady", "status": "False"}]}, "PodsReady")
+    assert not said_false({"conditions": [{"type": "PodsReady", "status": "True"}]}, "PodsReady")
+
+
+def test_a_warned_pod_may_be_the_jobs_only_by_its_name() -> None:
+    assert may_be_of("job", frozenset({"job-preflight-x1y2z"}))
+    assert not may_be_of("job", frozenset({"jobless-abcde", "other-job-head"}))
