@@ -3,7 +3,8 @@
   grpo-devcluster build [NAME..]   build every component, or the named ones (cached under ~/.cache/grpo-devcluster)
   grpo-devcluster images [NAME..]  build the operator and trainer images with buildah from their Dockerfiles
                                    (cached); with a running real node, import them into it
-                                   (NAME: operator, trainer = its rehearsal variant, trainer-full)
+                                   (NAME: operator, trainer = its rehearsal variant, trainer-full);
+                                   --push REGISTRY: push them there (default: operator trainer-full)
   grpo-devcluster start            start on 127.0.0.1; prints the KUBECONFIG to use
                                    (--real-node: also the real node beside the KWOK nodes; needs root;
                                    --cloud: the cloud-like profile, see cloud_profile.py)
@@ -49,9 +50,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long simulated Ray jobs report RUNNING before they succeed")
     parser.add_argument("--build-only", action="store_true",
                         help="images: build them, import them into no running cluster's node")
+    parser.add_argument("--push", metavar="REGISTRY", default=None,
+                        help="images: push them to REGISTRY (e.g. registry.example.com/team) as grpo-operator, "
+                        "grpo-trainer (trainer-full) and grpo-trainer-rehearsal, tagged with the chart's appVersion")
+    parser.add_argument("--tls-verify", choices=["true", "false"], default="true",
+                        help="images --push: verify the registry's certificate (false only for a local registry)")
     parser.add_argument("--free-ports", action="store_true",
                         help="start: on ports the kernel says are free (default: fixed ports, see Ports)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options may come after the names: images NAME --push R
     try:
         if args.command == "build":
             started = time.monotonic()
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, path in built.items():
                 print(f"{name}: {path}")
             print(f"all built in {time.monotonic() - started:.0f}s")
+        elif args.command == "images" and args.push:
+            return push_images(args.names or ["operator", "trainer-full"], args.push, args.tls_verify == "true")
         elif args.command == "images":
             return build_images(args.names or ["operator", "trainer"], args.dir, args.build_only)
         elif args.command == "start":
@@ -95,6 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     except DevClusterError as exc:
         print(f"grpo-devcluster: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def push_images(names: list[str], registry: str, tls_verify: bool) -> int:
+    unknown = sorted(set(names) - set(images.RECIPES))
+    if unknown:
+        print(f"grpo-devcluster: unknown image {unknown}; choose from {sorted(images.RECIPES)}", file=sys.stderr)
+        return 2
+    done = images.push_images(names, registry, tls_verify)
+    for push in done:
+        print(f"{push.name}: {push.target}")
+    values = images.helm_values(done)
+    if values:
+        print("helm install grpo charts/grpo-operator " + " ".join(f"--set {v}" for v in values))
     return 0
 
 

@@ -93,7 +93,11 @@ KUEUE = Component(
                                       "config/components/webhook/manifests.yaml")),),
 )
 
+# A container registry on 127.0.0.1 for the test of `hack/images --push`.
+REGISTRY = Component("registry", {"registry": "github.com/distribution/distribution/v3/cmd/registry"})
+
 CONTROL_PLANE: tuple[Component, ...] = (ETCD, KUBERNETES, KWOK, KUBERAY, HELM)
 NODE: tuple[Component, ...] = (KUBELET, COREDNS)
 CLOUD: tuple[Component, ...] = (KARPENTER, KUEUE)
-ALL: tuple[Component, ...] = (*CONTROL_PLANE, *NODE, *CLOUD)
+TOOLS: tuple[Component, ...] = (REGISTRY,)
+ALL: tuple[Component, ...] = (*CONTROL_PLANE, *NODE, *CLOUD, *TOOLS)

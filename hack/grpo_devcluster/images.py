@@ -486,6 +486,64 @@ def build_node_images(which: Iterable[str] = ("operator", "trainer"), log=sys.st
     return built
 
 
+# The names users pull: the chart's image.repository and operator.defaultTrainerImage. The rehearsal variant is a
+# test image, pushed under a name of its own so it is never taken for the trainer.
+PUSHED_NAMES = {"operator": "grpo-operator", "trainer-full": "grpo-trainer", "trainer": "grpo-trainer-rehearsal"}
+CHART_FILE = ROOT / "charts" / "grpo-operator" / "Chart.yaml"
+
+
+def chart_version() -> str:
+    """The chart's appVersion: the tag pushed images get, as the chart's image.tag defaults to it."""
+    for line in CHART_FILE.read_text().splitlines():
+        if line.startswith("appVersion:"):
+            return line.split(":", 1)[1].strip().strip('"')
+    raise DevClusterError("images", f"no appVersion in {CHART_FILE}")
+
+
+@dataclass(frozen=True)
+class Push:
+    name: str
+    source: str  # the local build, grpo.local/<name>:<digest>
+    target: str  # <registry>/<pushed name>:<chart version>
+
+
+def pushes(built: dict[str, BuiltImage], registry: str, version: str) -> list[Push]:
+    """Pure: where each built image goes."""
+    return [Push(name, image.reference, f"{registry.rstrip('/')}/{PUSHED_NAMES[name]}:{version}")
+            for name, image in built.items()]
+
+
+def push_argv(buildah: Buildah, push: Push, tls_verify: bool) -> list[str]:
+    return buildah.argv("push", "--quiet", f"--tls-verify={str(tls_verify).lower()}", push.source,
+                        f"docker://{push.target}")
+
+
+def helm_values(done: list[Push]) -> list[str]:
+    """The `helm install --set` flags that make the chart use the pushed images."""
+    values = []
+    for push in done:
+        repository, tag = push.target.rsplit(":", 1)
+        if push.name == "operator":
+            values += [f"image.repository={repository}", f"image.tag={tag}"]
+        elif push.name == "trainer-full":
+            values.append(f"operator.defaultTrainerImage={push.target}")
+    return values
+
+
+def push_images(which: Iterable[str], registry: str, tls_verify: bool = True, log=sys.stderr) -> list[Push]:
+    """Build (cached) and push the named images to `registry` with buildah; the registry's credentials are
+    buildah's own (`buildah login`, or REGISTRY_AUTH_FILE)."""
+    built = build_node_images(which, log=log)
+    buildah = Buildah(log=log)
+    done = pushes(built, registry, chart_version())
+    for push in done:
+        print(f"[images] pushing {push.source} to {push.target}", file=log, flush=True)
+        result = subprocess.run(push_argv(buildah, push, tls_verify), capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise DevClusterError("images", f"buildah push {push.target} failed: {result.stderr.strip()[-800:]}")
+    return done
+
+
 @dataclass(frozen=True)
 class NodeImageExport:
     """How our images go from buildah's storage into a node's containerd: whole (a docker-archive stream), or

@@ -126,7 +126,9 @@ _FAIL_MESSAGE = '{{ index $.metadata.annotations "' + FAIL_POD_ANNOTATION + '" |
 # condition then reads "1 checks passed" and status.preflight shows the simulated check). A test puts
 # the verdict the real check produced for the job's files (tests/e2e/test_preflight.py runs
 # grpo_trainer's preflight for that) into this environment variable through the GRPOJob's spec.env,
-# which every trainer container gets; the preflight pod then fails with it, as grpo-train would.
+# which every trainer container gets; the preflight pod then ends with it as grpo-train would: failed, or
+# succeeded when the verdict passed (a test of what the operator does with a passing verdict, such as the
+# checkpoint claim's size it chose).
 PREFLIGHT_COMPONENT = ("app.kubernetes.io/component", "preflight")
 PREFLIGHT_VERDICT_ENV = "DEVCLUSTER_PREFLIGHT_VERDICT"
 SIMULATED_VERDICT = (
@@ -180,6 +182,14 @@ conditions:
 """ + _terminated_containers(0, "Completed", "'" + SIMULATED_VERDICT + "'") + "phase: Succeeded\n"
 
 _PREFLIGHT_FAILED = _NOW + _terminated_containers(1, "Error", _VERDICT_MESSAGE) + "phase: Failed\n"
+_PREFLIGHT_PASSED_WITH_VERDICT = _NOW + """
+conditions:
+- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+""" + _terminated_containers(0, "Completed", _VERDICT_MESSAGE) + "phase: Succeeded\n"
+# The verdict in the variable passed (grpo-train writes compact JSON: "passed":true first). A jq query: KWOK's
+# CEL cannot resolve a container's env entries.
+_VERDICT_PASSED = _VERDICT_QUERY + ' | startswith("{\\"passed\\":true")'
 
 
 STORAGE_CLASS = "devcluster-local"
@@ -299,8 +309,13 @@ def stages(pod_ready_delay_ms: int = POD_STAGE_DELAY_MS) -> list[dict]:
                 runs_to_its_end],
                {"statusTemplate": _POD_SUCCEEDED}, delay_ms=pod_ready_delay_ms),
         _stage("preflight-fail", "Pod",
-               [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, True)],
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, True),
+                {"key": _VERDICT_PASSED, "operator": "NotIn", "values": ["true"]}],
                {"statusTemplate": _PREFLIGHT_FAILED}, delay_ms=pod_ready_delay_ms),
+        _stage("preflight-pass-verdict", "Pod",
+               [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight,
+                _in(_VERDICT_PASSED, "true")],
+               {"statusTemplate": _PREFLIGHT_PASSED_WITH_VERDICT}, delay_ms=pod_ready_delay_ms),
         _stage("preflight-pass", "Pod",
                [not_deleted, _in(".status.phase", "Running"), owned_by_job, preflight, _exists(verdict, False)],
                {"statusTemplate": _PREFLIGHT_PASSED}, delay_ms=pod_ready_delay_ms),

@@ -511,13 +511,13 @@ class VolumeSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel(
-                "has(self.claimName) != has(self.size)",
-                "checkpoints.volume needs exactly one of claimName (an existing PVC) or size (a new PVC); "
-                "set one and remove the other",
+                "!(has(self.claimName) && has(self.size))",
+                "checkpoints.volume takes claimName (an existing PVC) or size (a new PVC), not both; remove one "
+                "(with neither, the new PVC is sized for the model's checkpoints)",
             ),
             cel(
-                "has(self.size) || (!has(self.storageClassName) && !has(self.accessModes))",
-                "checkpoints.volume.storageClassName and accessModes only apply to a new PVC (size); "
+                "!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))",
+                "checkpoints.volume.storageClassName and accessModes only apply to a new PVC; "
                 "remove them when using claimName",
             ),
             cel(
@@ -536,7 +536,9 @@ class VolumeSpec(ApiModel):
         "actor pods need ReadWriteMany.",
     )
     size: Annotated[str, Field(max_length=QUANTITY_MAX, pattern=QUANTITY_PATTERN)] | None = Field(
-        default=None, description="Size of a new PVC, e.g. 500Gi."
+        default=None, description="Size of a new PVC, e.g. 500Gi; the preflight refuses one too small for keep "
+        "checkpoints plus the one being written. Empty: the preflight sizes it for the model (12 bytes per "
+        "parameter a checkpoint, keep + 1 of them and a tenth more; 100Gi at least, and when it cannot tell)."
     )
     storage_class_name: Name | None = Field(
         default=None, description="StorageClass of a new PVC; the cluster default when empty."
@@ -588,7 +590,7 @@ class ResumeFrom(ApiModel):
 
 
 def _default_volume() -> VolumeSpec:
-    return VolumeSpec(size="100Gi")
+    return VolumeSpec()
 
 
 class CheckpointSpec(ApiModel):
@@ -1274,6 +1276,10 @@ class PreflightStatus(StatusModel):
     digest: str = Field(description="Digest of what the Job checks; a Job with another digest checked an older spec.")
     passed: bool | None = Field(default=None, description="The verdict; empty while the Job runs.")
     failures: list[PreflightCheckStatus] = Field(default_factory=list, description="The checks that failed.")
+    checkpoint_claim_size: str | None = Field(
+        default=None, description="The size the preflight chose for the checkpoint PVC the operator creates "
+        "(spec.checkpoints.volume.size empty)."
+    )
 
 
 class GuardrailTripStatus(StatusModel):

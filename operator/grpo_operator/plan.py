@@ -212,6 +212,9 @@ class Plan:
     # access modes of a PVC the operator creates, and whether the writers (head and actor) share a node.
     checkpoint_sub_path: str = ""
     checkpoint_access_modes: tuple[str, ...] = ()
+    # The size of a new checkpoint PVC: spec.checkpoints.volume.size, else what the preflight chose for the model
+    # (with_checkpoint_size), else DEFAULT_CHECKPOINT_SIZE.
+    checkpoint_size: str | None = None
     writers_share_node: bool = False
     resume_from: ResumeSource | None = None
     export_enabled: bool = False
@@ -598,6 +601,14 @@ def _checkpoint_storage(spec: GRPOJobSpec, actor: WorkerGroup, claim: str) -> tu
     return modes, _writers_share_node("checkpoints.volume.accessModes", modes, actor, f"the new PVC {claim}")
 
 
+DEFAULT_CHECKPOINT_SIZE = "100Gi"
+
+
+def with_checkpoint_size(job_plan: Plan, size: str | None) -> Plan:
+    """The plan with the size the preflight chose for a new checkpoint claim whose spec names none."""
+    return job_plan if size is None or job_plan.checkpoint_size is not None else replace(job_plan, checkpoint_size=size)
+
+
 def with_checkpoint_claim(job_plan: Plan, access_modes: Sequence[str]) -> Plan:
     """The plan for an existing checkpoint claim (checkpoints.volume.claimName) with these access modes."""
     share = _writers_share_node(
@@ -681,6 +692,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         retries=0 if spec.rehearsal else spec.scheduling.retries,
         checkpoint_sub_path=checkpoint_sub_path(namespace, name),
         checkpoint_access_modes=access_modes,
+        checkpoint_size=volume.size,
         writers_share_node=share_node,
         resume_from=_resume_source(spec, namespace, checkpoint_claim),
     )

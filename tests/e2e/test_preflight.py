@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.kwok_config import PREFLIGHT_VERDICT_ENV, SIMULATED_VERDICT, NodePool, node_manifest
+from grpo_operator.plan import parse_quantity
 from grpo_trainer.preflight import PreflightOptions, preflight_config_file
 from grpo_trainer.preflight.verdict import TERMINATION_MESSAGE_LIMIT
-from preflight_pod import QWEN2_05B_SHAPE, lay_out, render_spec, save_tiny_chat_tokenizer
+from preflight_pod import QWEN2_05B_SHAPE, QWEN2_7B_SHAPE, lay_out, render_spec, save_tiny_chat_tokenizer
 
 from .example_runs import COLOCATED, ExampleRuns
 from .grpojobs import apply_job, condition, example, wait_phase
@@ -33,14 +34,17 @@ NAME = "qwen2-7b-length"
 GIB = 2**30
 
 
-def real_verdict(tmp_path: Path, body: dict, **files: Any) -> str:
-    """grpo-train --preflight's verdict on this job's spec, over files as its claims would hold them."""
+def real_verdict(tmp_path: Path, body: dict, passing: bool = False, **files: Any) -> str:
+    """grpo-train --preflight's verdict on this job's spec, over files as its claims would hold them (the new
+    checkpoint claim, not mounted, sized by it when the spec names no size, as the operator's command asks)."""
     tokenizer = save_tiny_chat_tokenizer(tmp_path / "tokenizer")
     pod = lay_out(tmp_path / "pod", tokenizer, **files)
     spec = {k: v for k, v in copy.deepcopy(body["spec"]).items() if k != "env"}
-    options = PreflightOptions(gpu_memory={"actor": 80 * GIB})
+    size = ((spec.get("checkpoints") or {}).get("volume") or {}).get("size")
+    options = PreflightOptions(gpu_memory={"actor": 80 * GIB},
+                               new_checkpoint_claim_bytes=0 if size is None else int(parse_quantity(size)))
     verdict = preflight_config_file(str(render_spec(pod, spec)), options=options)
-    assert not verdict.passed
+    assert verdict.passed == passing, verdict.failures
     return verdict.to_json(TERMINATION_MESSAGE_LIMIT)
 
 
@@ -82,6 +86,19 @@ def fix_and_run(cluster: LocalCluster, ns: str, changes: list[dict]) -> None:
     job = get(cluster, "grpojob", NAME, "-n", ns)
     assert job["metadata"]["uid"] == uid and condition(job, "Preflight")["status"] == "True"
     assert rayjobs(cluster, ns) == [NAME]
+
+
+def test_a_new_checkpoint_claim_is_sized_for_the_model_after_the_preflight(
+        cluster: LocalCluster, team_ns: str, tmp_path: Path) -> None:
+    """Issue 30, failure 5: the colocated example's Qwen2-7B checkpoints are about 85 GiB each and it keeps 3; before
+    the fix its claim was the default 100Gi, created with the preflight, and the second save would fail. Now the
+    claim is created once the preflight passed, sized by it for keep + 1 checkpoints."""
+    body = example("colocated-length")
+    apply_job(cluster, team_ns, with_verdict(body, real_verdict(tmp_path, body, passing=True, shape=QWEN2_7B_SHAPE)))
+    wait_phase(cluster, team_ns, NAME, "Running", timeout=150)
+    size = get(cluster, "pvc", f"{NAME}-checkpoints", "-n", team_ns)["spec"]["resources"]["requests"]["storage"]
+    assert parse_quantity(size) >= 4 * 85 * GIB, size
+    assert get(cluster, "grpojob", NAME, "-n", team_ns)["status"]["preflight"]["checkpointClaimSize"] == size
 
 
 def test_unknown_spec_verl_key_fails_the_preflight_naming_it_then_the_fixed_job_runs(

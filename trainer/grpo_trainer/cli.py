@@ -72,11 +72,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--new-checkpoint-claim",
-        type=int,
+        type=_claim_size,
         default=None,
-        metavar="BYTES",
-        help="--preflight: the checkpoint claim is new, this large, and not mounted here (it binds where the actor "
-        "runs); its size is checked against the model's checkpoints instead of the free space of a mount",
+        metavar="BYTES|auto",
+        help="--preflight: the checkpoint claim is new and not mounted here (it binds where the actor runs): its "
+        "size is checked against the model's checkpoints instead of the free space of a mount; auto: the verdict "
+        "says the size to create it with (checkpointClaimBytes)",
     )
     p.add_argument(
         "--termination-log",
@@ -94,6 +95,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 TERMINATION_LOG = "/dev/termination-log"
 _MEMORY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _claim_size(text: str) -> int:
+    """--new-checkpoint-claim: bytes, or auto (0: the operator sizes the claim from the verdict)."""
+    if text == "auto":
+        return 0
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a positive number of bytes, or auto")
+    return value
 
 
 def parse_gpu_memory(items: list[str]) -> dict[str, int]:

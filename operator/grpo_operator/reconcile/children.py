@@ -34,7 +34,9 @@ def training_children(spec: GRPOJobSpec, plan: Plan, network_policy: NetworkPeer
 
 # What training needs beyond the preflight's children (gate.preflight_children), created once the preflight
 # passes. The NetworkPolicy comes with the RayJob, not with the preflight: the preflight pod listens on nothing.
-AFTER_PREFLIGHT = ("NetworkPolicy", "RayJob")
+# The checkpoint PVC the operator creates too: the preflight does not mount it (on zonal storage its first pod
+# decides its zone, and that must be the actor), and may choose its size.
+AFTER_PREFLIGHT = ("PersistentVolumeClaim", "NetworkPolicy", "RayJob")
 
 
 # Created in the second round trip. The RayJob: its pods would be refused for a missing ServiceAccount (and

@@ -20,14 +20,14 @@ from typing import Any
 
 from grpo_operator import kuberay
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import Plan, with_checkpoint_claim
+from grpo_operator.plan import Plan, with_checkpoint_claim, with_checkpoint_size
 from grpo_operator.reconcile import preflight
 from grpo_operator.reconcile.children import AFTER_PREFLIGHT, Child, training_children
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, create_children, parse, refuse, write_status
 from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
 from grpo_operator.reconcile.lifecycle import spec_digests
 from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
-from grpo_operator.render import render_checkpoint_pvc, render_configmap, render_preflight_job, render_trainer_rbac
+from grpo_operator.render import render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import events, kube
 
@@ -43,13 +43,11 @@ class Sync(enum.Enum):
 
 
 def preflight_children(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, int]) -> list[Child]:
-    """What the preflight pod mounts and runs as, then the preflight Job itself."""
-    keep_pvc = spec.checkpoints.delete_policy != "Delete"
-    pvc = render_checkpoint_pvc(spec, plan)
+    """What the preflight pod mounts and runs as, then the preflight Job itself (the checkpoint PVC the operator
+    creates comes after it: children.AFTER_PREFLIGHT)."""
     return [
         *(Child(obj) for obj in render_trainer_rbac(spec, plan)),
         Child(render_configmap(spec, plan)),
-        *([Child(pvc, owned=not keep_pvc)] if pvc is not None else []),
         Child(render_preflight_job(spec, plan, gpu_memory)),
     ]
 
@@ -151,6 +149,7 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     spec, plan = parse(name, namespace, job["spec"])
+    plan = with_checkpoint_size(plan, (status.get("preflight") or {}).get("checkpointClaimSize"))
     plan = await with_existing_checkpoint_claim(namespace, spec, plan)
     children = training_children(spec, plan, SETTINGS.network_policy)
     if rayjob_only:

@@ -26,6 +26,8 @@ class Outcome:
     state: State
     message: str
     failures: tuple[dict[str, str], ...] = field(default_factory=tuple)
+    # The size the preflight chose for the new checkpoint claim (spec.checkpoints.volume.size empty).
+    checkpoint_claim_bytes: int | None = None
 
     @property
     def field(self) -> str:
@@ -61,7 +63,9 @@ def outcome(job: Mapping[str, Any], result: Mapping[str, Any] | None) -> Outcome
     if isinstance(checks, list):
         failed = tuple({k: str(c.get(k) or "") for k in _CHECK_KEYS} for c in checks if not c.get("ok"))
         if "Complete" in done and result.get("passed") is True and not failed:
-            return Outcome("passed", f"preflight Job {name}: {len(checks)} checks passed")
+            sized = result.get("checkpointClaimBytes")
+            return Outcome("passed", f"preflight Job {name}: {len(checks)} checks passed",
+                           checkpoint_claim_bytes=sized if isinstance(sized, int) and sized > 0 else None)
         if failed:
             shown = "; ".join(_failure_text(c) for c in failed[:MESSAGE_FAILURES])
             more = f" (and {len(failed) - MESSAGE_FAILURES} more)" if len(failed) > MESSAGE_FAILURES else ""
@@ -105,6 +109,8 @@ def preflight_status(job_name: str, digest: str, result: Outcome | None) -> dict
     if result is not None and result.state != "running":
         status["passed"] = result.state == "passed"
         status["failures"] = [dict(f) for f in result.failures]
+        if result.checkpoint_claim_bytes is not None:
+            status["checkpointClaimSize"] = f"{-(-result.checkpoint_claim_bytes // 2**30)}Gi"
     return status
 
 

@@ -39,9 +39,9 @@ def preflight_command(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str, in
     command = ["grpo-train", "--preflight", "--config_path", plan.mounts.config_file]
     for role, amount in sorted(gpu_memory.items()):
         command += ["--gpu-memory", f"{role}={amount}"]
-    size = spec.checkpoints.volume.size
-    if plan.creates_checkpoint_pvc and size is not None:
-        command += ["--new-checkpoint-claim", str(int(parse_quantity(size)))]
+    if plan.creates_checkpoint_pvc:
+        size = spec.checkpoints.volume.size
+        command += ["--new-checkpoint-claim", str(int(parse_quantity(size))) if size is not None else "auto"]
     return command
 
 

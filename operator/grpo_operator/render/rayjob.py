@@ -75,6 +75,12 @@ def _share_actor_node(pod_spec: dict[str, Any], plan: Plan) -> None:
         "topologyKey": HOSTNAME_TOPOLOGY,
     }
     pod_spec.setdefault("affinity", {})["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    # On the actor's node, the actor's nodeSelector holds by definition, and placement.head's may not: a head
+    # pinned to a CPU pool could never join an actor in a GPU pool (the preflight, the converter and KubeRay's
+    # submitter keep placement.head).
+    pod_spec.pop("nodeSelector", None)
+    if actor.pod.node_selector:
+        pod_spec["nodeSelector"] = dict(actor.pod.node_selector)
     tolerations = list(pod_spec.get("tolerations", []))
     tolerations += [dict(t) for t in actor.pod.tolerations if dict(t) not in tolerations]
     if tolerations:

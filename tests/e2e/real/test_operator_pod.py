@@ -19,7 +19,7 @@ from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.operator_runner import prepare_job_namespace
 
 from ..grpojobs import apply_job, example, wait_phase
-from ..helm import Release
+from ..helm import Release, helm
 from ..kube import create_namespace, delete_namespace, get, items, wait_for
 from ..prom import prometheus
 from ..takeover import burst_job, lease_holder, phases, wrong_children
@@ -105,6 +105,20 @@ def test_operator_pod_runs_on_the_real_node_from_the_built_image(
     spec = pod["spec"]["containers"][0]
     assert spec["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+
+
+def test_helm_test_proves_the_operator_answers_and_the_trainer_image_starts(
+        real_node: LocalCluster, operator_pod: Release, node_images: NodeImages) -> None:
+    """`helm test` on the real node: the install check reads the operator's metrics, and the trainer check runs
+    the chart's default trainer image (the built one here) as its own user: pulled, started, exit 0."""
+    tested = helm(real_node, "test", operator_pod.name, "-n", operator_pod.namespace, "--timeout", "240s",
+                  check=False)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "install-check" in tested.stdout and "trainer-check" in tested.stdout
+    (pod,) = items(real_node, "pods", "-n", operator_pod.namespace, "-l", "app.kubernetes.io/component=trainer-check")
+    assert pod["spec"]["nodeName"] == node_config.NODE_NAME
+    assert pod["spec"]["containers"][0]["image"] == node_images.trainer
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
 
 def test_operator_pod_passes_its_liveness_probe_and_never_restarts(

@@ -83,17 +83,24 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 
 def test_defaults_render_the_operator_and_no_monitoring_objects() -> None:
-    # The Job is `helm test`'s install check (a hook: created only by `helm test`).
+    # The Jobs are `helm test`'s install check and trainer check (hooks: created only by `helm test`).
     # Four ClusterRoles: the operator's, its nodes', and the users' edit and view (user-rbac.yaml). The Role,
     # its binding and the PodDisruptionBudget: the leader Lease's rights and the two replicas' budget.
     assert kinds(render()) == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRole",
-                               "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Job", "PodDisruptionBudget",
+                               "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Job", "Job",
+                               "PodDisruptionBudget",
                                "Role", "RoleBinding", "Service", "ServiceAccount"]
+
+
+def _job(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == "Job"
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+    return found
 
 
 def test_helm_test_reads_the_operators_metrics_as_a_restricted_pod_without_credentials() -> None:
     docs = render()
-    check = one(docs, "Job")
+    check = _job(docs, "install-check")
     assert check["metadata"]["annotations"]["helm.sh/hook"] == "test"
     pod = check["spec"]["template"]
     (container,) = pod["spec"]["containers"]
@@ -107,7 +114,23 @@ def test_helm_test_reads_the_operators_metrics_as_a_restricted_pod_without_crede
     selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
     assert not selector.items() <= pod["metadata"]["labels"].items()
     assert not one(docs, "Service")["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
-    assert "Job" not in kinds(render("metrics.service.enabled=false"))
+    assert not [d for d in render("metrics.service.enabled=false") if d["kind"] == "Job"
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "install-check"]
+
+
+def test_helm_test_pulls_and_starts_the_default_trainer_image_unless_turned_off() -> None:
+    docs = render("operator.defaultTrainerImage=registry.example.com/grpo-trainer:0.1.0",
+                  "imagePullSecrets[0].name=regcred")
+    check = _job(docs, "trainer-check")
+    assert check["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    pod = check["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (container["image"], container["command"]) == ("registry.example.com/grpo-trainer:0.1.0",
+                                                           ["grpo-train", "--help"])
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsUser"] == 1000  # the trainer image's own user
+    assert not [d for d in render("helmTest.trainerCheck=false") if d["kind"] == "Job"
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer-check"]
 
 
 @pytest.mark.parametrize(("toggle", "kind"), [

@@ -30,7 +30,8 @@ from grpo_devcluster.errors import DevClusterError
 def test_kwok_stages_cover_node_pod_job_and_volume_lifecycles() -> None:
     names = [s["metadata"]["name"] for s in kwok_config.stages()]
     assert names == ["node-initialize", "node-heartbeat", "pod-ready", "pod-fail", "pod-complete",
-                     "pod-complete-submitter", "preflight-fail", "preflight-pass", "pod-crash-loop", "pod-delete",
+                     "pod-complete-submitter", "preflight-fail", "preflight-pass-verdict", "preflight-pass",
+                     "pod-crash-loop", "pod-delete",
                      "pvc-provision"]
 
 

@@ -135,7 +135,7 @@ def test_spec_objects_carry_defaults_the_apiserver_applies() -> None:
         "coef": 0.001,
         "type": "low_var_kl",
     }
-    assert spec["checkpoints"]["properties"]["volume"]["default"] == {"size": "100Gi"}
+    assert spec["checkpoints"]["properties"]["volume"]["default"] == {}  # a new PVC the preflight sizes
     assert set(_schema()["properties"]["spec"]["required"]) == {"model", "data", "training"}
     # Status is written by the operator as it means it: no defaults there.
     assert "default" not in yaml.safe_dump(_schema()["properties"]["status"])
@@ -167,7 +167,7 @@ def test_crd_carries_a_rule_for_each_cross_field_constraint() -> None:
         "placement.mode=disaggregated needs placement.roles.actor and placement.roles.rollout",
         "placement.mode=colocated runs vLLM on the actor's GPUs; remove placement.roles.rollout",
         "spec.training needs exactly one of totalSteps or epochs",
-        "checkpoints.volume needs exactly one of claimName (an existing PVC) or size (a new PVC)",
+        "checkpoints.volume takes claimName (an existing PVC) or size (a new PVC), not both",
         "export.enabled=true needs export.target",
         "metadata.name must be at most 47 characters",
         "placement.mode=disaggregated with reward.type=model needs placement.roles.reward",

@@ -103,3 +103,12 @@ def test_an_edit_that_changes_nothing_checked_keeps_the_verdict_of_the_job_there
     assert not preflight.verdict_stands(status, "other", job_recreated=False)
     assert not preflight.verdict_stands(status, "d", job_recreated=True)  # deleted to run it again
     assert not preflight.verdict_stands(grpojob("Pending")["status"], "d", job_recreated=False)
+
+
+def test_the_size_the_preflight_chose_for_the_checkpoint_claim_is_kept_in_the_status() -> None:
+    verdict = {"passed": True, "checkpointClaimBytes": 374 * 2**30 + 1, "checks": [{**VERDICT_FAILED["checks"][0]}]}
+    result = preflight.outcome(job("Complete"), verdict)
+    assert result.checkpoint_claim_bytes == 374 * 2**30 + 1
+    assert preflight.preflight_status("qwen-preflight", "d", result)["checkpointClaimSize"] == "375Gi"  # rounded up
+    assert "checkpointClaimSize" not in preflight.preflight_status("qwen-preflight", "d", preflight.outcome(
+        job("Complete"), {"passed": True, "checks": [{**VERDICT_FAILED["checks"][0]}]}))

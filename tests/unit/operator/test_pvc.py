@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from grpo_operator.api import GRPOJobSpec
-from grpo_operator.plan import Plan, PlanError, with_checkpoint_claim
+from grpo_operator.plan import Plan, PlanError, with_checkpoint_claim, with_checkpoint_size
 from grpo_operator.render import render_checkpoint_pvc
 from grpojob_fixtures import plan_of, spec_with
 
@@ -20,6 +20,18 @@ def test_one_actor_pod_gets_a_block_storage_claim(reference: tuple[GRPOJobSpec, 
     assert reference[1].writers_share_node is True
     assert pvc["metadata"]["annotations"] == {"grpo.dev/delete-policy": "Retain"}
     assert "ownerReferences" not in pvc["metadata"]
+
+
+def test_a_claim_without_a_size_gets_the_preflights_choice_else_the_default(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body)
+    assert spec.checkpoints.volume.size is None  # the example names no size
+    default = render_checkpoint_pvc(spec, plan_of(spec))
+    sized = render_checkpoint_pvc(spec, with_checkpoint_size(plan_of(spec), "375Gi"))
+    assert default is not None and default["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    assert sized is not None and sized["spec"]["resources"]["requests"]["storage"] == "375Gi"
+    named = spec_with(colocated_body, lambda s: s.update(checkpoints={"volume": {"size": "1Ti"}}))
+    kept = render_checkpoint_pvc(named, with_checkpoint_size(plan_of(named), "375Gi"))
+    assert kept is not None and kept["spec"]["resources"]["requests"]["storage"] == "1Ti"  # the user's size wins
 
 
 def test_several_actor_pods_need_a_shared_filesystem(colocated_body: dict[str, Any]) -> None:

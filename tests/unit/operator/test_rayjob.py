@@ -144,6 +144,18 @@ def test_head_follows_the_single_actor_pod_onto_its_node(colocated_body: dict[st
     assert "nodeAffinity" not in head["affinity"]  # it goes where the actor is; no driver of its own
 
 
+def test_a_head_that_follows_the_actor_takes_the_actors_pool_not_its_own(colocated_body: dict[str, Any]) -> None:
+    def edit(s: dict[str, Any]) -> None:
+        s["placement"]["head"] = {"nodeSelector": {"pool": "cpu"}}
+        s["placement"]["roles"]["actor"]["nodeSelector"] = {"pool": "gpu"}
+
+    spec = spec_with(colocated_body, edit)
+    head = _templates(render_rayjob(spec, plan_of(spec)))["head"]["spec"]
+    assert head["nodeSelector"] == {"pool": "gpu"}  # a CPU-pool head could never share a GPU-pool actor's node
+    free = spec_with(colocated_body, lambda s: s["placement"].update(head={"nodeSelector": {"pool": "cpu"}}))
+    assert "nodeSelector" not in _templates(render_rayjob(free, plan_of(free)))["head"]["spec"]
+
+
 def test_head_is_free_when_checkpoints_are_on_a_shared_filesystem(colocated_body: dict[str, Any]) -> None:
     volume = {"size": "1Ti", "accessModes": ["ReadWriteMany"]}
     spec = spec_with(colocated_body, lambda s: s.update(checkpoints={"volume": volume}))

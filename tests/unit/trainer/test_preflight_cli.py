@@ -234,3 +234,17 @@ def test_gpu_memory_takes_bytes_or_binary_suffixes_and_refuses_other_roles() -> 
     assert parse_gpu_memory(["actor=80Gi", "rollout=85899345920"]) == {"actor": 80 * GIB, "rollout": 80 * GIB}
     with pytest.raises(GrpoConfigError, match="ROLE actor, rollout or reward"):
         parse_gpu_memory(["critic=80Gi"])
+
+
+def test_a_new_claim_without_a_size_is_sized_for_keep_and_one_more_checkpoint(
+    tmp_path: Path, tokenizer_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = lay_out(tmp_path / "pod", tokenizer_model_dir, shape=QWEN2_7B_SHAPE)
+    files.checkpoints.rmdir()
+    render(files)
+    _, verdict, written = _run(files, capsys, "--new-checkpoint-claim", "auto")
+    sized = _named(verdict, "checkpoints.size")
+    assert sized.ok and "chosen for the new claim" in sized.message
+    assert verdict.checkpoint_claim_bytes is not None and verdict.checkpoint_claim_bytes >= 4 * 85 * GIB
+    assert verdict.checkpoint_claim_bytes % GIB == 0
+    assert written["checkpointClaimBytes"] == verdict.checkpoint_claim_bytes

@@ -47,3 +47,12 @@ def test_round_trip_through_the_termination_log(tmp_path) -> None:
     path = tmp_path / "termination-log"
     write_termination_message(verdict, str(path))
     assert Verdict.from_dict(json.loads(path.read_text())) == verdict
+
+
+def test_the_chosen_checkpoint_claim_size_survives_any_cut_and_leads_with_passed() -> None:
+    rows = [Check(f"data.file:part-{i:03}.jsonl", "spec.data.trainFiles", True, "x" * 300) for i in range(128)]
+    verdict = Verdict(tuple(rows), checkpoint_claim_bytes=375 * 2**30)
+    text = verdict.to_json(TERMINATION_MESSAGE_LIMIT)
+    assert text.startswith('{"passed":true,')  # what the devcluster's KWOK reads to end a preflight pod
+    assert Verdict.from_dict(json.loads(text)).checkpoint_claim_bytes == 375 * 2**30
+    assert "checkpointClaimBytes" not in Verdict(tuple(rows[:2])).to_dict()

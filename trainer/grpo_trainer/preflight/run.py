@@ -42,6 +42,7 @@ class PreflightOptions:
     runs, and that must be the actor)."""
 
     gpu_memory: Mapping[str, int] = field(default_factory=dict)
+    # None: the claim exists (mounted); 0: a new claim the operator sizes from this verdict; else its bytes.
     new_checkpoint_claim_bytes: int | None = None
     reward_timeout_s: float = 30.0
     reward_rows: int = 4
@@ -122,11 +123,16 @@ def run_preflight(built: BuiltConfig, options: PreflightOptions | None = None,
     checks += _guarded("data", lambda: _data(built, found.get("tokenizer")))
     if settings.reward.type == "function":
         checks += _guarded("reward.function", lambda: _reward_function(built, options))
-    checks += _guarded("checkpoints",
-                       lambda: _checkpoints(cfg, found.get("config"), options.new_checkpoint_claim_bytes))
+    sized: dict[str, int | None] = {"bytes": None}
+
+    def checkpoints() -> list[Check]:
+        found_checks, sized["bytes"] = _checkpoints(cfg, found.get("config"), options.new_checkpoint_claim_bytes)
+        return found_checks
+
+    checks += _guarded("checkpoints", checkpoints)
     if "config" in found:
         checks += _guarded("memory.fit", lambda: memory_checks(cfg, found["config"], options.gpu_memory))
-    return Verdict(tuple(checks))
+    return Verdict(tuple(checks), sized["bytes"])
 
 
 def _reward_model(cfg: Any) -> list[Check]:
@@ -179,7 +185,9 @@ def _reward_function(built: BuiltConfig, options: PreflightOptions) -> list[Chec
     return [reward_checks.reward_function(str(function.path), str(function.name), calls, options.reward_timeout_s)]
 
 
-def _checkpoints(cfg: Any, model_config: Mapping[str, Any] | None, new_claim_bytes: int | None) -> list[Check]:
+def _checkpoints(cfg: Any, model_config: Mapping[str, Any] | None,
+                 new_claim_bytes: int | None) -> tuple[list[Check], int | None]:
+    """The checkpoint checks, and the size to give a new claim the operator sizes (new_claim_bytes 0)."""
     directory = str(cfg.trainer.default_local_dir)
     params = None
     if model_config is not None:
@@ -189,8 +197,8 @@ def _checkpoints(cfg: Any, model_config: Mapping[str, Any] | None, new_claim_byt
             params = None
     keep = int(OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=1) or 1)
     if new_claim_bytes is not None:
-        return storage_checks.new_claim(new_claim_bytes, params, keep)
+        return storage_checks.new_claim(new_claim_bytes or None, params, keep)
     writable = storage_checks.writable(directory)
     if not writable.ok:
-        return [writable]
-    return [writable, storage_checks.free_space(directory, params, keep)]
+        return [writable], None
+    return [writable, storage_checks.free_space(directory, params, keep)], None

@@ -54,20 +54,39 @@ def _gib(amount: int) -> str:
     return f"{amount / 2**30:.1f} GiB"
 
 
-def new_claim(size: int, params: int | None, keep: int) -> list[Check]:
-    """The checks of a checkpoint claim the operator creates: its size against the checkpoints it must hold."""
+# A new claim the operator sizes itself: room for `keep` + 1 checkpoints, a tenth more for the HuggingFace config,
+# tokenizer and data-loader state beside each, rounded up to whole GiB; never below what a job without a known model
+# gets.
+SIZED_MARGIN = 1.1
+DEFAULT_CLAIM_BYTES = 100 * 2**30
+
+
+def sized_claim_bytes(params: int, keep: int) -> int:
+    return max(-(-int(needed_bytes(params, keep) * SIZED_MARGIN) // 2**30) * 2**30, DEFAULT_CLAIM_BYTES)
+
+
+def new_claim(size: int | None, params: int | None, keep: int) -> tuple[list[Check], int | None]:
+    """The checks of a checkpoint claim the operator creates, and the size to create it with when `size` is None
+    (spec.checkpoints.volume.size empty: the operator sizes it for the model; None when the model's size is
+    unknown, and the operator's default is used)."""
     placed = Check("checkpoints.writable", FIELD, True,
                    "a new claim for this job: bound where the actor runs, so not mounted by the preflight; its pods "
                    "write it as the trainer's group (fsGroup)", "new claim")
     if params is None:
-        return [placed, Check("checkpoints.size", FIELD, True, "model size unknown; not checked", _gib(size))]
+        return [placed, Check("checkpoints.size", FIELD, True, "model size unknown; not checked",
+                              _gib(size) if size is not None else "default")], None
     one, needed = params * CHECKPOINT_BYTES_PER_PARAM, needed_bytes(params, keep)
-    value = f"{_gib(size)} requested; one checkpoint about {_gib(one)}, {keep} kept + 1 being written: {_gib(needed)}"
+    room = f"one checkpoint about {_gib(one)}, {keep} kept + 1 being written: {_gib(needed)}"
+    if size is None:
+        chosen = sized_claim_bytes(params, keep)
+        return [placed, Check("checkpoints.size", FIELD, True, f"{_gib(chosen)} chosen for the new claim; {room}",
+                              _gib(chosen))], chosen
+    value = f"{_gib(size)} requested; {room}"
     if size < needed:
         return [placed, Check("checkpoints.size", FIELD, False, f"{value}: a save would fail once the volume is full",
-                              value, f"set spec.checkpoints.volume.size to at least {-(-needed // 2**30)}Gi, or "
-                              f"lower spec.checkpoints.keep")]
-    return [placed, Check("checkpoints.size", FIELD, True, value, value)]
+                              value, f"set spec.checkpoints.volume.size to at least {-(-needed // 2**30)}Gi, remove "
+                              "it to have the claim sized for the model, or lower spec.checkpoints.keep")], None
+    return [placed, Check("checkpoints.size", FIELD, True, value, value)], None
 
 
 def free_space(directory: str, params: int | None, keep: int) -> Check:

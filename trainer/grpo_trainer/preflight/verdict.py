@@ -33,6 +33,8 @@ class Check:
 @dataclass(frozen=True)
 class Verdict:
     checks: tuple[Check, ...] = field(default_factory=tuple)
+    # The size the operator gives the checkpoint claim it creates when spec.checkpoints.volume.size is empty.
+    checkpoint_claim_bytes: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -42,8 +44,14 @@ class Verdict:
     def failures(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if not c.ok)
 
+    def _head(self) -> dict[str, Any]:
+        head: dict[str, Any] = {"passed": self.passed}
+        if self.checkpoint_claim_bytes is not None:
+            head["checkpointClaimBytes"] = self.checkpoint_claim_bytes
+        return head
+
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "checks": [asdict(c) for c in self.checks]}
+        return {**self._head(), "checks": [asdict(c) for c in self.checks]}
 
     def to_json(self, limit: int | None = None) -> str:
         """Compact JSON; with `limit` (bytes), failed checks' text is kept longest, passed checks' cut first."""
@@ -70,10 +78,11 @@ class Verdict:
                 rows.append(Check("more", "", False, f"{len(failed) - keep} more failed checks"))
             if passed:
                 rows.append(Check("passed", "", True, f"{len(passed)} checks passed"))
-            text = json.dumps(Verdict(tuple(rows))._shortened(80, 80), separators=(",", ":"))
+            text = json.dumps(Verdict(tuple(rows), self.checkpoint_claim_bytes)._shortened(80, 80),
+                              separators=(",", ":"))
             if len(text.encode()) <= limit:
                 return text
-        return json.dumps({"passed": self.passed, "checks": []})
+        return json.dumps({**self._head(), "checks": []})
 
     def _shortened(self, passed_budget: int | None, failed_budget: int | None) -> dict[str, Any]:
         checks = []
@@ -83,7 +92,7 @@ class Verdict:
             for key in _TEXT_FIELDS:
                 row[key] = _cut(row[key], budget)
             checks.append(row)
-        return {"passed": self.passed, "checks": checks}
+        return {**self._head(), "checks": checks}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
@@ -98,7 +107,8 @@ class Verdict:
                     fix=str(c.get("fix", "")),
                 )
                 for c in data["checks"]
-            )
+            ),
+            int(data["checkpointClaimBytes"]) if data.get("checkpointClaimBytes") is not None else None,
         )
 
 
