@@ -9,14 +9,19 @@ File order matters: the pool-from-zero test runs while Karpenter has made no nod
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from grpo_devcluster import cloud_profile as cloud
 from grpo_devcluster import karpenter, kueue
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.operator_runner import OperatorProcess, prepare_job_namespace
+from grpo_operator.plan import parse_quantity
+from preflight_pod import QWEN2_7B_SHAPE
 
 from ..example_runs import COLOCATED, REFERENCE, ExampleRuns, run_examples
 from ..grpojobs import apply_job, example, set_ray_outcome, wait_phase
 from ..kube import create_namespace, delete_namespace, get, items, wait_event, wait_object
+from ..test_preflight import real_verdict, with_verdict
 
 GPU_ZONE = cloud.ZONES[2]
 
@@ -195,4 +200,22 @@ def test_queued_jobs_take_the_quota_in_turn_and_every_job_of_theirs_is_admitted(
     cloud_cluster.api.delete("grpojobs", "first", namespace)
     wait_phase(cloud_cluster, namespace, "second", "Succeeded", 120)
     assert _condition(get(cloud_cluster, "grpojob", "second", "-n", namespace), "QueueAdmitted")["status"] == "True"
+    delete_namespace(cloud_cluster, namespace)
+
+
+def test_the_colocated_examples_checkpoint_claim_holds_keep_plus_one_checkpoints(
+        cloud_cluster: LocalCluster, cloud_operator: OperatorProcess, tmp_path: Path) -> None:
+    """Failure 5: the colocated example keeps 3 checkpoints of Qwen2-7B (about 85 GiB each) and its claim was the
+    default 100Gi, so the second save failed. With the preflight's verdict on a Qwen2-7B-shaped model (computed by
+    grpo-train's own preflight, as test_preflight.py does), the claim is created after it, sized for 4 of them,
+    as a zonal disk in the actor's zone."""
+    namespace = prepare_job_namespace(cloud_cluster, "sized")
+    body = example("colocated-length")
+    apply_job(cloud_cluster, namespace, with_verdict(body, real_verdict(tmp_path, body, passing=True,
+                                                                         shape=QWEN2_7B_SHAPE)))
+    wait_phase(cloud_cluster, namespace, COLOCATED, "Succeeded", 180)
+    claim = get(cloud_cluster, "pvc", f"{COLOCATED}-checkpoints", "-n", namespace)
+    assert parse_quantity(claim["spec"]["resources"]["requests"]["storage"]) >= 4 * 85 * 2**30
+    volume = get(cloud_cluster, "pv", claim["spec"]["volumeName"])
+    assert volume["metadata"]["labels"][cloud.ZONE_LABEL] == GPU_ZONE
     delete_namespace(cloud_cluster, namespace)
