@@ -41,7 +41,7 @@ CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 _SHARED_SECONDS = SETTINGS.storage_check_seconds
 _CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
 _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
-_WARNED_PODS: SharedLookups[frozenset[str]] = SharedLookups(_SHARED_SECONDS)
+_WARNED_PODS: SharedLookups[dict[str, str]] = SharedLookups(_SHARED_SECONDS)
 _NODEPOOLS: SharedLookups[list[NodePoolView]] = SharedLookups(_SHARED_SECONDS)
 _WORKLOADS: SharedLookups[list[dict]] = SharedLookups(_SHARED_SECONDS)
 

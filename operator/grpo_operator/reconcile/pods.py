@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from grpo_operator.reconcile.status import ConditionUpdate
@@ -25,6 +26,14 @@ STUCK = frozenset({
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
 })
 UNSCHEDULABLE = "Unschedulable"
+# A pod that waits for its claims to bind is unschedulable until they do: ClaimsBound says that, not PodsReady.
+_UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
+# How long a pod may be unschedulable before it is said: in a burst the scheduler tries pods before their claims
+# or nodes are there, and a FailedScheduling that passes in seconds is no problem to report.
+UNSCHEDULABLE_GRACE_SECONDS = 30.0
+# Warnings older than this are of the past: a problem that lasts repeats its Warning (the kubelet's back-off, the
+# scheduler's retries), so only the jobs with recent ones have their pods read.
+RECENT_WARNING_SECONDS = 120.0
 WAITING_FOR_CAPACITY = "WaitingForCapacity"
 HINT = "see docs/troubleshooting.md#pods-do-not-start"
 _PARTS = {"preflight": "the preflight", "submitter": "KubeRay's submitter", "export": "the converter"}
@@ -52,8 +61,9 @@ def part_of(pod: Mapping[str, Any]) -> str:
     return _PARTS.get(labels.get(COMPONENT_LABEL, ""), "a pod of the job")
 
 
-def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
-    """The pod's own account of why it does not run: a container stuck waiting, or no node for it."""
+def pod_problem(pod: Mapping[str, Any], now: datetime | None = None) -> PodProblem | None:
+    """The pod's own account of why it does not run: a container stuck waiting, or no node for it for longer than
+    UNSCHEDULABLE_GRACE_SECONDS (not for want of a bound claim: ClaimsBound says that)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None
@@ -66,8 +76,22 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
                 and condition.get("reason") == UNSCHEDULABLE:
-            return PodProblem(name, part, UNSCHEDULABLE, str(condition.get("message") or "no node can take it"))
+            message = str(condition.get("message") or "no node can take it")
+            if _UNBOUND_CLAIMS in message:
+                return None
+            if _seconds_since(str(condition.get("lastTransitionTime") or ""), now) < UNSCHEDULABLE_GRACE_SECONDS:
+                return None
+            return PodProblem(name, part, UNSCHEDULABLE, message)
     return None
+
+
+def _seconds_since(timestamp: str, now: datetime | None) -> float:
+    """Seconds from an RFC 3339 time to `now` (the current time when None); infinite when there is none."""
+    try:
+        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return ((now or datetime.now(UTC)) - then).total_seconds()
 
 
 def pods_condition(problems: Sequence[PodProblem], reported: bool,
@@ -86,7 +110,9 @@ def pods_condition(problems: Sequence[PodProblem], reported: bool,
 
 
 
-def may_be_of(job: str, pod_names: frozenset[str]) -> bool:
-    """Whether a pod with a Warning could be one of the job's: every pod of the job is named after it (the
-    preflight and converter Jobs', the RayJob's submitter and RayCluster); its labels decide once it is read."""
-    return any(name.startswith(f"{job}-") for name in pod_names)
+def may_be_of(job: str, warned: Mapping[str, str], now: datetime | None = None) -> bool:
+    """Whether a pod with a recent Warning (`warned`: pod name -> its newest Warning's time) could be one of the job's:
+    every pod of the job is named after it (the preflight and converter Jobs', the RayJob's submitter and RayCluster);
+    its labels decide once it is read."""
+    return any(name.startswith(f"{job}-") and _seconds_since(when, now) < RECENT_WARNING_SECONDS
+               for name, when in warned.items())

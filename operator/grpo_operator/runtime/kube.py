@@ -500,13 +500,19 @@ async def claim_events_in(namespace: str) -> dict[str, list[dict]]:
     return by_claim
 
 
-async def warned_pods_in(namespace: str) -> frozenset[str]:
-    """Names of the namespace's pods that have Warning Events (the scheduler's FailedScheduling, the kubelet's
-    image pull and back-off failures, an autoscaler's refusals): one list for all the jobs that wait there, and
-    most of the time an empty one."""
+async def warned_pods_in(namespace: str) -> dict[str, str]:
+    """The namespace's pods that have Warning Events (the scheduler's FailedScheduling, the kubelet's image pull and
+    back-off failures, an autoscaler's refusals), each with its newest Warning's time: one list for all the jobs
+    that wait there, and most of the time an empty one."""
     params = {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}
     found = await api().request("GET", RESOURCES["Event"].path(namespace), params=params)
-    return frozenset((e.get("involvedObject") or {}).get("name", "") for e in found.get("items") or [])
+    newest: dict[str, str] = {}
+    for event in found.get("items") or []:
+        name = (event.get("involvedObject") or {}).get("name", "")
+        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        if when > newest.get(name, ""):
+            newest[name] = when
+    return newest
 
 
 async def job_pods(namespace: str, job: str) -> list[dict]:

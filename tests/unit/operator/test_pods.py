@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from grpo_operator.reconcile.pods import may_be_of, pod_problem, pods_condition
@@ -62,6 +63,23 @@ def test_the_condition_clears_only_after_it_was_said() -> None:
     assert not said_false({"conditions": [{"type": "PodsReady", "status": "True"}]}, "PodsReady")
 
 
-def test_a_warned_pod_may_be_the_jobs_only_by_its_name() -> None:
-    assert may_be_of("job", frozenset({"job-preflight-x1y2z"}))
-    assert not may_be_of("job", frozenset({"jobless-abcde", "other-job-head"}))
+NOW = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
+
+
+def test_a_warned_pod_may_be_the_jobs_by_its_name_while_its_warning_is_recent() -> None:
+    assert may_be_of("job", {"job-preflight-x1y2z": "2026-12-05T11:59:30Z"}, NOW)
+    assert not may_be_of("job", {"jobless-abcde": "2026-12-05T11:59:30Z", "other-job-head": "2026-12-05T11:59:30Z"},
+                         NOW)
+    # An hour-old warning of a pod that has run since: its Events stay, its problem does not.
+    assert not may_be_of("job", {"job-preflight-x1y2z": "2026-12-05T11:00:00Z"}, NOW)
+
+
+def test_a_pod_unschedulable_for_a_moment_or_for_its_claims_is_not_said() -> None:
+    def unschedulable(message: str, since: str) -> dict[str, Any]:
+        return _pod("actor", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                          "message": message, "lastTransitionTime": since}])
+
+    assert pod_problem(unschedulable("0/6 nodes are available", "2026-12-05T11:59:50Z"), NOW) is None  # 10 s
+    assert pod_problem(unschedulable("0/6 nodes are available", "2026-12-05T11:59:00Z"), NOW) is not None
+    claims = "0/6 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: ..."
+    assert pod_problem(unschedulable(claims, "2026-12-05T11:00:00Z"), NOW) is None  # ClaimsBound's to say
