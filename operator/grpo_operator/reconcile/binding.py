@@ -174,7 +174,7 @@ async def _pods_update(job: dict, waiting: bool) -> ConditionUpdate | None:
     reported = said_false(status, pods.CONDITION)
     if not waiting:
         return pods.pods_condition([], reported, [])  # it runs: what was said is over
-    warned = await _WARNED_PODS.lookup(namespace, lambda: kube.warned_pods_in(namespace), keep=always)
+    warned = await _WARNED_PODS.lookup(namespace, lambda: _warned_pods(namespace), keep=always)
     if not reported and not pods.may_be_of(name, warned):
         return None
     found = [p for p in map(pods.pod_problem, await kube.job_pods(namespace, name)) if p is not None]
@@ -186,6 +186,10 @@ async def _pods_update(job: dict, waiting: bool) -> ConditionUpdate | None:
     if any(p.reason == pods.UNSCHEDULABLE for p in found):
         autoscalers = await _autoscalers(job, found)
     return pods.pods_condition(found, reported, autoscalers)
+
+
+async def _warned_pods(namespace: str) -> dict[str, str]:
+    return pods.newest_warnings(await kube.pod_warnings_in(namespace))
 
 
 async def _autoscalers(job: dict, problems: list[pods.PodProblem]) -> list[str]:

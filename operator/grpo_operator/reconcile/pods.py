@@ -110,6 +110,20 @@ def pods_condition(problems: Sequence[PodProblem], reported: bool,
 
 
 
+def newest_warnings(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod name -> the time of its newest Warning, leaving out the scheduler's waits for unbound claims: in a
+    burst every pod may get one before its claims bind, and ClaimsBound speaks for claims."""
+    newest: dict[str, str] = {}
+    for event in events:
+        if _UNBOUND_CLAIMS in str(event.get("message") or ""):
+            continue
+        name = str((event.get("involvedObject") or {}).get("name", ""))
+        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        if when > newest.get(name, ""):
+            newest[name] = when
+    return newest
+
+
 def may_be_of(job: str, warned: Mapping[str, str], now: datetime | None = None) -> bool:
     """Whether a pod with a recent Warning (`warned`: pod name -> its newest Warning's time) could be one of the job's:
     every pod of the job is named after it (the preflight and converter Jobs', the RayJob's submitter and RayCluster);

@@ -500,19 +500,12 @@ async def claim_events_in(namespace: str) -> dict[str, list[dict]]:
     return by_claim
 
 
-async def warned_pods_in(namespace: str) -> dict[str, str]:
-    """The namespace's pods that have Warning Events (the scheduler's FailedScheduling, the kubelet's image pull and
-    back-off failures, an autoscaler's refusals), each with its newest Warning's time: one list for all the jobs
-    that wait there, and most of the time an empty one."""
+async def pod_warnings_in(namespace: str) -> list[dict]:
+    """The namespace's Warning Events about pods (the scheduler's FailedScheduling, the kubelet's image pull and
+    back-off failures, an autoscaler's refusals): one list for all the jobs that wait there, most often empty."""
     params = {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}
     found = await api().request("GET", RESOURCES["Event"].path(namespace), params=params)
-    newest: dict[str, str] = {}
-    for event in found.get("items") or []:
-        name = (event.get("involvedObject") or {}).get("name", "")
-        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
-        if when > newest.get(name, ""):
-            newest[name] = when
-    return newest
+    return found.get("items") or []
 
 
 async def job_pods(namespace: str, job: str) -> list[dict]:

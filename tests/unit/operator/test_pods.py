@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from grpo_operator.reconcile.pods import may_be_of, pod_problem, pods_condition
+from grpo_operator.reconcile.pods import may_be_of, newest_warnings, pod_problem, pods_condition
 from grpo_operator.reconcile.status import said_false
 
 
@@ -83,3 +83,14 @@ def test_a_pod_unschedulable_for_a_moment_or_for_its_claims_is_not_said() -> Non
     assert pod_problem(unschedulable("0/6 nodes are available", "2026-12-05T11:59:00Z"), NOW) is not None
     claims = "0/6 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: ..."
     assert pod_problem(unschedulable(claims, "2026-12-05T11:00:00Z"), NOW) is None  # ClaimsBound's to say
+
+
+def test_the_newest_warning_of_each_pod_leaves_out_waits_for_unbound_claims() -> None:
+    def event(pod: str, when: str, message: str) -> dict[str, Any]:
+        return {"involvedObject": {"kind": "Pod", "name": pod}, "lastTimestamp": when, "message": message}
+
+    events = [event("a", "2026-12-05T11:58:00Z", "Back-off pulling image"),
+              event("a", "2026-12-05T11:59:00Z", "Back-off pulling image"),
+              event("b", "2026-12-05T11:59:00Z", "0/6 nodes are available: pod has unbound immediate "
+                                                 "PersistentVolumeClaims. preemption: 0/6 nodes are available")]
+    assert newest_warnings(events) == {"a": "2026-12-05T11:59:00Z"}
