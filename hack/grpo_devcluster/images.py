@@ -513,11 +513,6 @@ def pushes(built: dict[str, BuiltImage], registry: str, version: str) -> list[Pu
             for name, image in built.items()]
 
 
-def push_argv(buildah: Buildah, push: Push, tls_verify: bool) -> list[str]:
-    return buildah.argv("push", "--quiet", f"--tls-verify={str(tls_verify).lower()}", push.source,
-                        f"docker://{push.target}")
-
-
 def helm_values(done: list[Push]) -> list[str]:
     """The `helm install --set` flags that make the chart use the pushed images."""
     values = []
@@ -538,9 +533,8 @@ def push_images(which: Iterable[str], registry: str, tls_verify: bool = True, lo
     done = pushes(built, registry, chart_version())
     for push in done:
         print(f"[images] pushing {push.source} to {push.target}", file=log, flush=True)
-        result = subprocess.run(push_argv(buildah, push, tls_verify), capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise DevClusterError("images", f"buildah push {push.target} failed: {result.stderr.strip()[-800:]}")
+        buildah.run("push", "--quiet", f"--tls-verify={str(tls_verify).lower()}", push.source,
+                    f"docker://{push.target}", what=f"buildah push {push.target}")
     return done
 
 

@@ -166,27 +166,25 @@ containerStatuses:
 """
 
 
-_POD_SUCCEEDED = _NOW + """
+def _completed(message: str | None = None) -> str:
+    """The status template of a pod whose containers all exited 0 (a Job's pod done), with `message` as their
+    termination message."""
+    return _NOW + """
 conditions:
 - {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
 - {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-""" + _terminated_containers(0, "Completed") + "phase: Succeeded\n"
+""" + _terminated_containers(0, "Completed", message) + "phase: Succeeded\n"
+
+
+_POD_SUCCEEDED = _completed()
 
 _POD_FAILED = (_NOW + _terminated_containers(1, "Error", _FAIL_MESSAGE)
                + f"message: {_FAIL_MESSAGE}\nphase: Failed\n")
 
-_PREFLIGHT_PASSED = _NOW + """
-conditions:
-- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-""" + _terminated_containers(0, "Completed", "'" + SIMULATED_VERDICT + "'") + "phase: Succeeded\n"
+_PREFLIGHT_PASSED = _completed("'" + SIMULATED_VERDICT + "'")
 
 _PREFLIGHT_FAILED = _NOW + _terminated_containers(1, "Error", _VERDICT_MESSAGE) + "phase: Failed\n"
-_PREFLIGHT_PASSED_WITH_VERDICT = _NOW + """
-conditions:
-- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-""" + _terminated_containers(0, "Completed", _VERDICT_MESSAGE) + "phase: Succeeded\n"
+_PREFLIGHT_PASSED_WITH_VERDICT = _completed(_VERDICT_MESSAGE)
 # The verdict in the variable passed (grpo-train writes compact JSON: "passed":true first). A jq query: KWOK's
 # CEL cannot resolve a container's env entries.
 _VERDICT_PASSED = _VERDICT_QUERY + ' | startswith("{\\"passed\\":true")'

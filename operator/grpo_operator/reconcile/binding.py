@@ -12,6 +12,7 @@ decided in `storage.py`, what the pods' states mean in `pods.py`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
@@ -21,7 +22,7 @@ from grpo_operator.reconcile import pods, queueing, storage
 from grpo_operator.reconcile.autoscaling import NodePoolView, autoscalers_for
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
-from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, said_false
+from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, said_false, seconds_since
 from grpo_operator.runtime import events, kube
 from grpo_operator.runtime.lookups import SharedLookups, always
 from grpo_operator.runtime.per_generation import PerGeneration
@@ -53,40 +54,32 @@ async def nodepools() -> list[NodePoolView]:
     return await _NODEPOOLS.lookup("", read, keep=always)
 
 
-def _claims_mounted(job: dict) -> dict[str, str] | None:
-    meta = job["metadata"]
-    try:
-        return storage.claims_of(*parse(meta["name"], meta["namespace"], job["spec"]))
-    except (ValidationError, PlanError):
-        return None
+@dataclass(frozen=True)
+class _Watched:
+    """What the check needs of a job's spec: the claims its pods mount (-> the spec field each comes from) and, when
+    it is queued, its Kueue LocalQueue and the children Kueue admits."""
+
+    claims: dict[str, str]
+    queue: str | None
+    queued_children: dict[tuple[str, str], str]
 
 
-# The claims each job mounts, from its spec parsed once per generation (the check runs every few seconds).
-_WATCHED = PerGeneration(_claims_mounted)
-
-
-def _queue_of(job: dict) -> tuple[str, dict[tuple[str, str], str]] | None:
-    """The job's Kueue LocalQueue and the children Kueue admits, or None when it is not queued."""
+def _watched_of(job: dict) -> _Watched | None:
     meta = job["metadata"]
     try:
         spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
     except (ValidationError, PlanError):
         return None
     queue = spec.scheduling.queue_name
-    return (queue, queueing.owners_of(job_plan)) if queue else None
+    return _Watched(storage.claims_of(spec, job_plan), queue, queueing.owners_of(job_plan) if queue else {})
 
 
-_QUEUED = PerGeneration(_queue_of)
+# From each job's spec parsed once per generation (the check runs every few seconds).
+_WATCHED = PerGeneration(_watched_of)
+
+
 # The Event each condition's False is announced with (the condition carries the reason of its own).
 _EVENT_REASONS = {storage.CONDITION: "ClaimNotBound", queueing.CONDITION: "WaitingInQueue"}
-
-
-def seconds_since(timestamp: str, now: datetime) -> float:
-    """Seconds from an RFC 3339 timestamp of the apiserver to `now`; infinite when there is none."""
-    try:
-        return (now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
-        return float("inf")
 
 
 def check_waiting_later(namespace: str, name: str) -> None:
@@ -132,7 +125,8 @@ def waits(job: dict) -> bool:
     if phase in CLAIMS_CHECKED_IN:
         return True
     user_suspended = bool(((job.get("spec") or {}).get("scheduling") or {}).get("suspend"))
-    return phase == "Suspended" and not user_suspended and _QUEUED.of(job) is not None
+    watched = _WATCHED.of(job)
+    return phase == "Suspended" and not user_suspended and watched is not None and watched.queue is not None
 
 
 async def _claims_update(job: dict) -> ConditionUpdate | None:
@@ -142,10 +136,10 @@ async def _claims_update(job: dict) -> ConditionUpdate | None:
     if watched is None:
         return None
     claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
-    facts = [claims.get(c) for c in watched]
+    facts = [claims.get(c) for c in watched.claims]
     problems = []
     now = datetime.now(UTC)
-    for (claim, field), found in zip(watched.items(), facts, strict=True):
+    for (claim, field), found in zip(watched.claims.items(), facts, strict=True):
         if found is not None and found.phase != "Bound":
             claim_events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=always)
             problem = storage.unbound(claim, field, found, claim_events.get(claim, []),
@@ -156,10 +150,10 @@ async def _claims_update(job: dict) -> ConditionUpdate | None:
 
 
 async def _queue_update(job: dict, waiting: bool) -> ConditionUpdate | None:
-    queued = _QUEUED.of(job)
-    if queued is None:
+    watched = _WATCHED.of(job)
+    if watched is None or watched.queue is None:
         return None
-    queue, owners = queued
+    queue, owners = watched.queue, watched.queued_children
     namespace, status = job["metadata"]["namespace"], job.get("status") or {}
     reported = said_false(status, queueing.CONDITION)
     if not waiting:
@@ -202,6 +196,6 @@ async def _autoscalers(job: dict, problems: list[pods.PodProblem]) -> list[str]:
     pools = await nodepools() if SETTINGS.autoscaling == "auto" else []
     found: list[str] = []
     for group in job_plan.groups:
-        if any(group.role in p.part for p in problems):
+        if any(p.role == group.role for p in problems):
             found += [a for a in autoscalers_for(group, pools, SETTINGS.autoscaling) if a not in found]
     return found

@@ -142,13 +142,13 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
 
 def _driver_shortfall(field: str, nodes: Sequence[NodeView], group: WorkerGroup) -> Shortfall | None:
     """The shortfall when the role's nodes would hold it but for their drivers: said as such, naming the pools."""
-    if floor_of(group.pod.node_terms) is None:
+    floor = floor_of(group.pod.node_terms)
+    if floor is None:
         return None
     allowed = [n for n in nodes if pinned_to(n, group.pod)]
     old = [n for n in allowed if not matches_terms(n.labels, group.pod.node_terms)]
     if not old or sum(pods_that_fit(n, group) for n in allowed) < group.replicas:
         return None  # no old driver in the way, or too small even with them: the usual shortfall
-    floor = floor_of(group.pod.node_terms)
     pools = sorted({f"{pool_of(n.name, n.labels)} (driver {driver_major(n.labels)})" for n in old})
     return Shortfall(
         field,

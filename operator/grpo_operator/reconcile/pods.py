@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from grpo_operator.reconcile.status import ConditionUpdate
+from grpo_operator.reconcile.status import ConditionUpdate, seconds_since
 from grpo_operator.render.common import COMPONENT_LABEL, ROLE_LABEL
 
 CONDITION = "PodsReady"
@@ -45,6 +45,7 @@ class PodProblem:
     part: str
     reason: str
     message: str
+    role: str = ""  # the Ray role of the pod (head, actor, ...); empty for the Jobs' pods
 
     def describe(self) -> str:
         return f"pod {self.pod} ({self.part}): {self.reason}: {self.message}"
@@ -68,30 +69,23 @@ def pod_problem(pod: Mapping[str, Any], now: datetime | None = None) -> PodProbl
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None
     name, part = str(meta.get("name", "")), part_of(pod)
+    role = str((meta.get("labels") or {}).get(ROLE_LABEL, ""))
     for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in STUCK:
             message = f"container {container.get('name')}: {waiting.get('message') or waiting['reason']}"
-            return PodProblem(name, part, str(waiting["reason"]), message)
+            return PodProblem(name, part, str(waiting["reason"]), message, role)
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
                 and condition.get("reason") == UNSCHEDULABLE:
             message = str(condition.get("message") or "no node can take it")
             if _UNBOUND_CLAIMS in message:
                 return None
-            if _seconds_since(str(condition.get("lastTransitionTime") or ""), now) < UNSCHEDULABLE_GRACE_SECONDS:
+            since = seconds_since(str(condition.get("lastTransitionTime") or ""), now or datetime.now(UTC))
+            if since < UNSCHEDULABLE_GRACE_SECONDS:
                 return None
-            return PodProblem(name, part, UNSCHEDULABLE, message)
+            return PodProblem(name, part, UNSCHEDULABLE, message, role)
     return None
-
-
-def _seconds_since(timestamp: str, now: datetime | None) -> float:
-    """Seconds from an RFC 3339 time to `now` (the current time when None); infinite when there is none."""
-    try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
-        return float("inf")
-    return ((now or datetime.now(UTC)) - then).total_seconds()
 
 
 def pods_condition(problems: Sequence[PodProblem], reported: bool,
@@ -107,7 +101,6 @@ def pods_condition(problems: Sequence[PodProblem], reported: bool,
     if reported:
         return ConditionUpdate(CONDITION, "True", "Started", "every pod of the job was scheduled and started")
     return None
-
 
 
 def newest_warnings(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -128,5 +121,5 @@ def may_be_of(job: str, warned: Mapping[str, str], now: datetime | None = None) 
     """Whether a pod with a recent Warning (`warned`: pod name -> its newest Warning's time) could be one of the job's:
     every pod of the job is named after it (the preflight and converter Jobs', the RayJob's submitter and RayCluster);
     its labels decide once it is read."""
-    return any(name.startswith(f"{job}-") and _seconds_since(when, now) < RECENT_WARNING_SECONDS
+    return any(name.startswith(f"{job}-") and seconds_since(when, now or datetime.now(UTC)) < RECENT_WARNING_SECONDS
                for name, when in warned.items())

@@ -332,3 +332,11 @@ def merge_conditions(
 def said_false(status: Mapping[str, Any], kind: str) -> bool:
     """Whether the status holds condition `kind` as False: a problem was said, and must be said to be over."""
     return any(c.get("type") == kind and c.get("status") == "False" for c in status.get("conditions") or [])
+
+
+def seconds_since(timestamp: str, now: datetime) -> float:
+    """Seconds from an RFC 3339 timestamp of the apiserver to `now`; infinite when there is none."""
+    try:
+        return (now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return float("inf")

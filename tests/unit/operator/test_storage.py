@@ -7,8 +7,7 @@ from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.reconcile.binding import seconds_since
-from grpo_operator.reconcile.status import said_false
+from grpo_operator.reconcile.status import said_false, seconds_since
 from grpo_operator.reconcile.storage import (
     claims_of,
     storage_condition,
