@@ -17,11 +17,13 @@ from .errors import DevClusterError
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "grpojob.yaml"
+RUNTIME_CRD = ROOT / "crds" / "grporuntime.yaml"
 
 
 def install_crd(cluster: LocalCluster) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.wait_established("grpojobs.grpo.dev")
+    """The GRPOJob and GRPORuntime CRDs (as the chart installs them)."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD), "-f", str(RUNTIME_CRD))
+    cluster.wait_established("grpojobs.grpo.dev", "grporuntimes.grpo.dev")
 
 
 EXAMPLE_CLAIMS = ("models", "datasets", "exports")

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from grpo_operator import GROUP, KIND, VERSION
-from grpo_operator.crd import VALIDATIONS, build_crd
+from grpo_operator.crd import VALIDATIONS, build_crd, build_runtime_crd
 
 Node = dict[str, Any]
 
@@ -135,7 +135,18 @@ def render() -> str:
     if root_rules:
         top += ["", "Rules (checked by the apiserver at `kubectl apply`):", ""]
         top += [f"- {_cell(rule['message'])}" for rule in root_rules]
-    return "\n".join([HEADER, "\n".join(top) + "\n", *sections]).rstrip("\n") + "\n"
+    return "\n".join([HEADER, "\n".join(top) + "\n", *sections, runtime_section()]).rstrip("\n") + "\n"
+
+
+def runtime_section() -> str:
+    """GRPORuntime's spec: one table, its nested objects linked to the GRPOJob sections of the same shape (each of
+    its fields has the job field of the same meaning; docs/runtimes.md says how they merge)."""
+    schema = build_runtime_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    # Rendered as "spec" so that its links land on the job's sections (spec.pods, spec.network, ...).
+    table = section("spec", schema["properties"]["spec"]).split("\n", 1)[1]
+    intro = ["## GRPORuntime (cluster-scoped)", "", _cell(schema.get("description", "")), "",
+             "`spec` fields (the objects they hold are described above, under the GRPOJob field named in each):"]
+    return "\n".join(intro) + "\n" + table
 
 
 if __name__ == "__main__":

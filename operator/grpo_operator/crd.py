@@ -23,7 +23,7 @@ from pydantic.json_schema import GenerateJsonSchema, NoDefault
 from pydantic_core import core_schema
 
 from grpo_operator import GROUP, KIND, PLURAL, VERSION, __version__
-from grpo_operator.api import GRPOJob
+from grpo_operator.api import RUNTIME_KIND, RUNTIME_PLURAL, GRPOJob, GRPORuntime
 
 VALIDATIONS = "x-kubernetes-validations"
 CRD_NAME = f"{PLURAL}.{GROUP}"
@@ -143,8 +143,9 @@ def _without_defaults(node: Any) -> Any:
     return node
 
 
-def _spec_schema() -> dict[str, Any]:
-    raw = GRPOJob.model_json_schema(by_alias=True, mode="validation", schema_generator=_DefaultsFromFactories)
+def _object_schema(model: type[BaseModel], description: str) -> dict[str, Any]:
+    """The openAPIV3Schema of a kind whose pydantic model is `model` (apiVersion, kind, metadata, spec, status)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation", schema_generator=_DefaultsFromFactories)
     root = _structural(raw, raw.get("$defs", {}))
     props = root["properties"]
     # The apiserver owns metadata's schema; a CRD may only say it is an object.
@@ -152,24 +153,29 @@ def _spec_schema() -> dict[str, Any]:
     props["apiVersion"] = {"type": "string", "description": props["apiVersion"]["description"]}
     props["kind"] = {"type": "string", "description": props["kind"]["description"]}
     props["spec"].pop("default", None)
-    # Status is written by the operator and the trainer exactly as they mean it; apiserver
-    # defaults there would only add fields nobody wrote.
-    props["status"] = _without_defaults(props["status"])
+    if "status" in props:
+        # Status is written by the operator and the trainer exactly as they mean it; apiserver
+        # defaults there would only add fields nobody wrote.
+        props["status"] = _without_defaults(props["status"])
     root["required"] = ["spec"]
-    root["description"] = (
-        "GRPOJob runs GRPO post-training of a language model with verl on a KubeRay RayJob, pinning actor, "
-        "rollout and reward workers to their node pools and keeping checkpoints on a PVC."
-    )
+    root["description"] = description
     return _ordered(root)
 
 
-def build_crd() -> dict[str, Any]:
-    """The apiextensions.k8s.io/v1 CustomResourceDefinition for GRPOJob."""
+def _spec_schema() -> dict[str, Any]:
+    return _object_schema(
+        GRPOJob,
+        "GRPOJob runs GRPO post-training of a language model with verl on a KubeRay RayJob, pinning actor, "
+        "rollout and reward workers to their node pools and keeping checkpoints on a PVC.",
+    )
+
+
+def _crd(kind: str, plural: str, scope: str, short_names: list[str], version: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": f"{plural}.{GROUP}",
             "labels": {
                 "app.kubernetes.io/name": "grpo-operator",
                 "app.kubernetes.io/part-of": "grpo-operator",
@@ -179,31 +185,51 @@ def build_crd() -> dict[str, Any]:
         "spec": {
             "group": GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": ["grpo"],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
                 "categories": ["ml"],
             },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
-                        {"name": "Reward", "type": "number", "jsonPath": ".status.progress.rewardMean"},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                    "schema": {"openAPIV3Schema": _spec_schema()},
-                }
-            ],
+            "scope": scope,
+            "versions": [{"name": VERSION, "served": True, "storage": True, **version}],
         },
     }
+
+
+def build_crd() -> dict[str, Any]:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition for GRPOJob."""
+    return _crd(KIND, PLURAL, "Namespaced", ["grpo"], {
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
+            {"name": "Reward", "type": "number", "jsonPath": ".status.progress.rewardMean"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        "schema": {"openAPIV3Schema": _spec_schema()},
+    })
+
+
+def build_runtime_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition for GRPORuntime (cluster-scoped, no status)."""
+    schema = _object_schema(
+        GRPORuntime,
+        "GRPORuntime holds cluster defaults for the GRPOJobs that name it (or for every job, when it is the "
+        "default): image, pull secrets, service account, priority, queue, storage class, per-role pod overrides "
+        "and multi-node networking. A job's own fields win.",
+    )
+    return _crd(RUNTIME_KIND, RUNTIME_PLURAL, "Cluster", ["grport"], {
+        "additionalPrinterColumns": [
+            {"name": "Default", "type": "boolean", "jsonPath": ".spec.default"},
+            {"name": "Image", "type": "string", "jsonPath": ".spec.image"},
+            {"name": "Queue", "type": "string", "jsonPath": ".spec.queueName"},
+            {"name": "Network", "type": "string", "jsonPath": ".spec.network.mode"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        "schema": {"openAPIV3Schema": schema},
+    })
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -213,11 +239,15 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def render_yaml() -> str:
-    """The committed crds/grpojob.yaml text (header comment + YAML)."""
+def render_yaml(which: str = PLURAL) -> str:
+    """The committed crds/grpojob.yaml (or, for `grporuntimes`, crds/grporuntime.yaml) text: header + YAML."""
+    if which == RUNTIME_PLURAL:
+        header = ("# Generated by `python -m grpo_operator.crd grporuntimes` from operator/grpo_operator/api/. "
+                  "Do not edit.\n")
+        return header + yaml.dump(build_runtime_crd(), Dumper=_NoAliasDumper, sort_keys=False, width=120)
     header = "# Generated by `python -m grpo_operator.crd` from operator/grpo_operator/api.py. Do not edit.\n"
     return header + yaml.dump(build_crd(), Dumper=_NoAliasDumper, sort_keys=False, width=120)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render_yaml())
+    sys.stdout.write(render_yaml(*sys.argv[1:2]))

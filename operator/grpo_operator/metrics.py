@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
 from grpo_operator import __version__
-from grpo_operator.api import MonitoringSpec
+from grpo_operator.api import MONITORING_DEFAULTS
 
 RECONCILE_TOTAL = Counter("grpo_operator_reconcile_total", "GRPOJob reconciliations by result.", ["result"])
 RECONCILE_DURATION = Histogram(
@@ -54,7 +54,7 @@ JOB_ALERT_THRESHOLD = Gauge(
 ALERT_THRESHOLDS = {"entropyCollapseFraction": "entropy_collapse_fraction", "klGrowthFactor": "kl_growth_factor"}
 # A stored spec carries the defaults (the CRD applies them); a spec that bypassed the CRD falls back to
 # the model's rather than leaving the job without alerts.
-_THRESHOLD_DEFAULTS = MonitoringSpec().model_dump(by_alias=True)
+_THRESHOLD_DEFAULTS = MONITORING_DEFAULTS
 GUARDRAIL_TRIPS = Counter(
     "grpo_operator_guardrail_trips_total",
     "Guardrail trips the operator handled, by detector and outcome (Observed, RolledBack, Suspended).",
@@ -120,26 +120,29 @@ def kl_coef(spec: Mapping[str, Any]) -> float | None:
     return float(coef) if isinstance(coef, int | float) and not isinstance(coef, bool) else None
 
 
-def alert_thresholds(spec: Mapping[str, Any]) -> dict[str, float]:
-    """threshold label -> value, from spec.monitoring."""
-    monitoring = spec.get("monitoring") or {}
+def alert_thresholds(spec: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """threshold label -> value, from spec.monitoring, else the job's runtime's `monitoring`, else the default."""
+    monitoring, defaults = spec.get("monitoring") or {}, runtime or {}
     found: dict[str, float] = {}
     for field, label in ALERT_THRESHOLDS.items():
-        value = monitoring.get(field, _THRESHOLD_DEFAULTS[field])
+        value = monitoring.get(field)
+        if value is None:
+            value = defaults.get(field, _THRESHOLD_DEFAULTS[field])
         if isinstance(value, int | float) and not isinstance(value, bool):
             found[label] = float(value)
     return found
 
 
-def record_spec(namespace: str, name: str, spec: Mapping[str, Any]) -> None:
-    """Export what alert thresholds need from the spec: the KL coefficient and spec.monitoring."""
+def record_spec(namespace: str, name: str, spec: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> None:
+    """Export what alert thresholds need from the spec: the KL coefficient and spec.monitoring (`runtime`: the
+    monitoring section of the runtime the job took, for thresholds the job leaves unset)."""
     coef = kl_coef(spec)
     with _lock:
         if coef is None:
             JOB_KL_COEF.remove(namespace, name)  # a no-op when never set
         else:
             JOB_KL_COEF.labels(namespace=namespace, grpojob=name).set(coef)
-        for threshold, value in alert_thresholds(spec).items():
+        for threshold, value in alert_thresholds(spec, runtime).items():
             JOB_ALERT_THRESHOLD.labels(namespace=namespace, grpojob=name, threshold=threshold).set(value)
 
 

@@ -66,6 +66,17 @@ def driver_terms(floor: int) -> tuple[Mapping[str, Any], ...]:
     )
 
 
+def with_required(terms: Sequence[Mapping[str, Any]], expressions: Sequence[Mapping[str, Any]]
+                  ) -> tuple[Mapping[str, Any], ...]:
+    """Required nodeSelectorTerms that also demand every one of `expressions` (added to each ORed term)."""
+    if not expressions:
+        return tuple(terms)
+    if not terms:
+        return ({"matchExpressions": [dict(e) for e in expressions]},)
+    return tuple({**term, "matchExpressions": [*(term.get("matchExpressions") or ()), *map(dict, expressions)]}
+                 for term in terms)
+
+
 def floor_of(terms: Sequence[Mapping[str, Any]]) -> int | None:
     """The driver floor `driver_terms` wrote into `terms`, or None."""
     for term in terms:

@@ -20,8 +20,17 @@ from typing import Any, Literal
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from grpo_operator.api import PERSISTENCE_DEFAULTS, SPEC_RULE_MESSAGES, GRPOJobSpec, RoleSpec, Toleration
-from grpo_operator.node_rules import DEFAULT_DRIVER_FLOOR, driver_terms, with_gpu_toleration
+from grpo_operator.api import (
+    PERSISTENCE_DEFAULTS,
+    SPEC_RULE_MESSAGES,
+    GRPOJobSpec,
+    PodOverride,
+    RoleSpec,
+    Toleration,
+)
+from grpo_operator.network import NCCL_ROLES, network_override
+from grpo_operator.node_rules import DEFAULT_DRIVER_FLOOR, driver_terms, with_gpu_toleration, with_required
+from grpo_operator.runtimes import merge_pod_override
 
 Role = Literal["actor", "rollout", "reward"]
 ROLES: tuple[Role, ...] = ("actor", "rollout", "reward")
@@ -147,6 +156,12 @@ class PodShape:
     tolerations: tuple[Mapping[str, Any], ...]
     # Required node affinity (nodeSelectorTerms, ORed): a GPU pod's driver floor (node_rules.py).
     node_terms: tuple[Mapping[str, Any], ...] = ()
+    # spec.pods.<role> with what spec.network adds (its tolerations and nodeAffinity are in the two fields above).
+    override: PodOverride | None = None
+
+    @property
+    def extra_resources(self) -> Mapping[str, int | str]:
+        return dict(self.override.resources or {}) if self.override is not None else {}
 
 
 @dataclass(frozen=True)
@@ -224,6 +239,8 @@ class Plan:
     # and the cluster, the same on every attempt; a retry would only run it again and say "resumes").
     retries: int = 0
     mounts: Mounts = MOUNTS
+    # The preflight pod: the head's placement (no GPU) with spec.pods.preflight; None: the head's shape.
+    preflight_pod: PodShape | None = None
 
     @property
     def exports(self) -> bool:
@@ -310,15 +327,45 @@ def _pod_shape(field: str, role: RoleSpec) -> PodShape:
     )
 
 
-def _worker_group(role: Role, spec: RoleSpec, driver_floor: int) -> WorkerGroup:
+def role_override(spec: GRPOJobSpec, role: str) -> PodOverride | None:
+    """What the role's pods get beyond what the operator renders: spec.pods.<role> over spec.network's additions
+    (an NCCL role's only)."""
+    try:
+        network = network_override(spec.network) if role in NCCL_ROLES else None
+    except ValueError as exc:
+        raise PlanError("network.efa", str(exc)) from exc
+    return merge_pod_override(network, getattr(spec.pods, role) if spec.pods is not None else None)
+
+
+def with_override(pod: PodShape, override: PodOverride | None) -> PodShape:
+    """`pod` with an override: its tolerations added, its node affinity demanded on top of the pod's own."""
+    if override is None:
+        return pod
+    tolerations = list(pod.tolerations)
+    tolerations += [t for t in _tolerations(override.tolerations or []) if t not in tolerations]
+    expressions = [e.model_dump(by_alias=True, exclude_none=True) for e in override.node_affinity or ()]
+    return replace(pod, tolerations=tuple(tolerations), node_terms=with_required(pod.node_terms, expressions),
+                   override=override)
+
+
+def _worker_group(role: Role, spec: RoleSpec, driver_floor: int, override: PodOverride | None) -> WorkerGroup:
     pod = _pod_shape(f"placement.roles.{role}", spec)
     if spec.gpus:  # GPU nodes are tainted and may run an old driver: node_rules.py
         pod = replace(pod, tolerations=with_gpu_toleration(pod.tolerations),
                       node_terms=driver_terms(driver_floor) if driver_floor else ())
-    return WorkerGroup(role=role, gpus=spec.gpus, replicas=spec.replicas, pod=pod)
+    return WorkerGroup(role=role, gpus=spec.gpus, replicas=spec.replicas, pod=with_override(pod, override))
 
 
 def _head_shape(spec: GRPOJobSpec) -> PodShape:
+    return with_override(_head_base_shape(spec), role_override(spec, "head"))
+
+
+def _preflight_shape(spec: GRPOJobSpec) -> PodShape:
+    """Where the head would run (CPU, placement.head), with spec.pods.preflight."""
+    return with_override(_head_base_shape(spec), role_override(spec, "preflight"))
+
+
+def _head_base_shape(spec: GRPOJobSpec) -> PodShape:
     head = spec.placement.head
     return PodShape(
         cpu=str(head.resources.cpu) if head.resources.cpu is not None else HEAD_CPU,
@@ -329,14 +376,14 @@ def _head_shape(spec: GRPOJobSpec) -> PodShape:
 
 
 def _export_shape(spec: GRPOJobSpec) -> PodShape:
-    head, export = _head_shape(spec), spec.export
+    head, export = _head_base_shape(spec), spec.export
     resources = export.resources
-    return PodShape(
+    return with_override(PodShape(
         cpu=str(resources.cpu) if resources and resources.cpu is not None else head.cpu,
         memory=str(resources.memory) if resources and resources.memory is not None else head.memory,
         node_selector=dict(export.node_selector) if export.node_selector is not None else head.node_selector,
         tolerations=_tolerations(export.tolerations) if export.tolerations is not None else head.tolerations,
-    )
+    ), role_override(spec, "converter"))
 
 
 def _check_roles(spec: GRPOJobSpec) -> None:
@@ -496,11 +543,11 @@ def _check_quantities(spec: GRPOJobSpec) -> None:
 def _groups(spec: GRPOJobSpec, driver_floor: int = DEFAULT_DRIVER_FLOOR) -> tuple[WorkerGroup, ...]:
     roles = spec.placement.roles
     actor = roles.actor or RoleSpec(gpus=spec.placement.gpus_per_node)
-    groups = [_worker_group("actor", actor, driver_floor)]
+    groups = [_worker_group("actor", actor, driver_floor, role_override(spec, "actor"))]
     if spec.placement.mode == "disaggregated" and roles.rollout is not None:
-        groups.append(_worker_group("rollout", roles.rollout, driver_floor))
+        groups.append(_worker_group("rollout", roles.rollout, driver_floor, role_override(spec, "rollout")))
     if roles.reward is not None:
-        groups.append(_worker_group("reward", roles.reward, driver_floor))
+        groups.append(_worker_group("reward", roles.reward, driver_floor, role_override(spec, "reward")))
     return tuple(groups)
 
 
@@ -678,6 +725,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
         mode=spec.placement.mode,
         head=_head_shape(spec),
         export_pod=_export_shape(spec),
+        preflight_pod=_preflight_shape(spec),
         groups=groups,
         service_account=spec.service_account_name or names.trainer_service_account,
         creates_service_account=spec.service_account_name is None,

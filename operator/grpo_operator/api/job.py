@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 from grpo_operator.api.base import IMAGE_MAX, JOB_NAME_MAX, ApiModel, Name, cel, validations
 from grpo_operator.api.guardrails import GuardrailsSpec
 from grpo_operator.api.operations import MonitoringSpec, PreflightSpec, SchedulingSpec, SecuritySpec
+from grpo_operator.api.overrides import NetworkSpec, PodOverrides
 from grpo_operator.api.placement import PlacementSpec, has_role
 from grpo_operator.api.pods import EnvVar, LocalObjectReference, PodMetadata
 from grpo_operator.api.status import GRPOJobStatus
@@ -197,6 +198,12 @@ class GRPOJobSpec(ApiModel):
         )
     )
 
+    runtime: Name | None = Field(
+        default=None,
+        description="The GRPORuntime whose defaults this job takes (docs/runtimes.md); when empty, the runtime "
+        "marked default, if any. The job's own fields win over the runtime's. The job keeps the runtime as it was "
+        "when the job was created (status.runtime).",
+    )
     image: Annotated[str, Field(min_length=1, max_length=IMAGE_MAX)] | None = Field(
         default=None, description="Trainer image; the operator's configured default when empty."
     )
@@ -259,6 +266,17 @@ class GRPOJobSpec(ApiModel):
         default_factory=PreflightSpec,
         description="The CPU-only check of the model, data, reward function, checkpoint volume and memory fit "
         "that runs before the RayJob takes any GPU.",
+    )
+    pods: PodOverrides | None = Field(
+        default=None,
+        description="Per-role pod overrides (extended resources such as RDMA devices, env, volumes, labels, "
+        "annotations, tolerations, node affinity, hostNetwork, capabilities): a bounded subset of a pod "
+        "template, merged into what the operator renders.",
+    )
+    network: NetworkSpec | None = Field(
+        default=None,
+        description="How NCCL talks across nodes: tcp (default), rdma or efa, rendered on every GPU role "
+        "(docs/multi-node.md).",
     )
     verl: dict[str, Any] = Field(
         default_factory=dict,

@@ -85,25 +85,30 @@ class SecuritySpec(ApiModel):
     )
 
 
+# The alert thresholds where neither the job nor its runtime sets one (no CRD default: a defaulted field would
+# always be "set by the job", and a runtime's threshold could never apply).
+MONITORING_DEFAULTS: dict[str, float] = {"entropyCollapseFraction": 0.3, "klGrowthFactor": 4.0}
+
+
 class MonitoringSpec(ApiModel):
     """Thresholds of the chart's training-health alerts for this job, relative to the job's own early steps.
 
     Editable while the job runs: the operator exports them for the alert rules at once.
     """
 
-    entropy_collapse_fraction: float = Field(
-        default=0.3,
+    entropy_collapse_fraction: float | None = Field(
+        default=None,
         gt=0,
         lt=1,
         description="GRPOJobEntropyCollapsed fires when the policy entropy stays below this fraction of the median "
         "entropy of the job's first 10 steps for 10 minutes. Healthy runs lose much of their entropy early; "
-        "a collapse goes far below.",
+        "a collapse goes far below. Default 0.3 (the runtime's when it sets one).",
     )
-    kl_growth_factor: float = Field(
-        default=4.0,
+    kl_growth_factor: float | None = Field(
+        default=None,
         gt=1,
         le=1000,
         description="GRPOJobKLRising fires when the KL loss to the reference is more than this factor above its "
         "value 30 minutes earlier, for 10 minutes (once the job is past its first 10 steps, whose KL "
-        "grows from zero). A healthy KL grows slowly.",
+        "grows from zero). A healthy KL grows slowly. Default 4 (the runtime's when it sets one).",
     )

@@ -172,6 +172,30 @@ class GuardrailsStatus(StatusModel):
     )
 
 
+class AppliedRuntimeStatus(StatusModel):
+    """The runtime a job took at its creation, as it was then: the job keeps it when the runtime is edited."""
+
+    name: str = Field(description="The GRPORuntime.")
+    generation: int | None = Field(default=None, description="Its metadata.generation when the job took it.")
+    spec: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Its spec as the job took it; the job's children are rendered from this, not from the "
+        "runtime as it is now.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    from_runtime: list[str] = Field(
+        default_factory=list,
+        description="Spec fields whose effective value came from the runtime alone.",
+    )
+    merged: list[str] = Field(
+        default_factory=list,
+        description="Spec fields whose effective value merges the runtime's and the job's (lists and maps).",
+    )
+    overridden: list[str] = Field(
+        default_factory=list, description="Spec fields the runtime sets that the job's own value replaced."
+    )
+
+
 class GRPOJobStatus(StatusModel):
     """What the operator and the trainer observed."""
 
@@ -206,6 +230,9 @@ class GRPOJobStatus(StatusModel):
     export: ExportStatus | None = Field(default=None, description="The exported model.")
     rehearsal: RehearsalStatus | None = Field(default=None, description="The rehearsal's verdict (spec.rehearsal).")
     logs: LogsStatus | None = Field(default=None, description="Where the driver's log is.")
+    runtime: AppliedRuntimeStatus | None = Field(
+        default=None, description="The GRPORuntime the job took at its creation, and which fields came from it."
+    )
     observed_generation: int | None = Field(default=None, description="metadata.generation last acted on.")
     spec_digests: dict[str, str] | None = Field(
         default=None,

@@ -65,9 +65,8 @@ class _Watched:
 
 
 def _watched_of(job: dict) -> _Watched | None:
-    meta = job["metadata"]
     try:
-        spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+        spec, job_plan = parse(job)
     except (ValidationError, PlanError):
         return None
     queue = spec.scheduling.queue_name
@@ -188,9 +187,8 @@ async def _warned_pods(namespace: str) -> dict[str, str]:
 
 async def _autoscalers(job: dict, problems: list[pods.PodProblem]) -> list[str]:
     """Who may add nodes for the job's unschedulable GPU roles (its head and CPU pods have nodes, or none will)."""
-    meta = job["metadata"]
     try:
-        _, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+        _, job_plan = parse(job)
     except (ValidationError, PlanError):
         return []
     pools = await nodepools() if SETTINGS.autoscaling == "auto" else []

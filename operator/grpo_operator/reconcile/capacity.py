@@ -84,6 +84,9 @@ def pod_wants(group: WorkerGroup) -> dict[str, Decimal]:
     """What one of the group's pods asks of a node, by resource (those it asks nothing of left out)."""
     wants = {GPU_RESOURCE: Decimal(group.gpus), "cpu": parse_quantity(group.pod.cpu),
              "memory": parse_quantity(group.pod.memory)}
+    # Extended resources (RDMA or EFA devices, hugepages) from spec.pods and spec.network: a node without them
+    # offers none, and the pod would wait for it forever.
+    wants.update({resource: parse_quantity(amount) for resource, amount in group.pod.extra_resources.items()})
     return {resource: amount for resource, amount in wants.items() if amount > 0}
 
 
@@ -102,7 +105,8 @@ class Shortfall:
 
 
 def _describe(group: WorkerGroup) -> str:
-    return f"{group.gpus} {GPU_RESOURCE}, {group.pod.cpu} CPU and {group.pod.memory} memory"
+    extra = "".join(f", {amount} {resource}" for resource, amount in sorted(group.pod.extra_resources.items()))
+    return f"{group.gpus} {GPU_RESOURCE}, {group.pod.cpu} CPU{extra} and {group.pod.memory} memory"
 
 
 def _pool(group: WorkerGroup) -> str:
@@ -126,9 +130,11 @@ def capacity_shortfalls(plan: Plan, nodes: Sequence[NodeView]) -> list[Shortfall
             why = f"no node matches the pool {_pool(group)} (labels, and taints the role tolerates)"
         else:
             biggest = max(mine, key=lambda n: n.amount(GPU_RESOURCE))
+            extra = "".join(f", {biggest.allocatable.get(r, '0')} {r}" for r in sorted(group.pod.extra_resources))
             why = (f"the pool {_pool(group)} has {len(mine)} node(s) holding {fit} such pod(s) in all (the largest "
                    f"offers {biggest.allocatable.get(GPU_RESOURCE, '0')} {GPU_RESOURCE}, "
-                   f"{biggest.allocatable.get('cpu', '0')} CPU, {biggest.allocatable.get('memory', '0')} memory)")
+                   f"{biggest.allocatable.get('cpu', '0')} CPU{extra}, {biggest.allocatable.get('memory', '0')} "
+                   "memory)")
         found.append(Shortfall(
             field,
             "InsufficientCapacity",

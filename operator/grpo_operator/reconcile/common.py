@@ -15,15 +15,18 @@ from grpo_operator.reconcile.children import Child, creation_waves
 from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import events, kube
+from grpo_operator.runtimes import effective_spec
 from grpo_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings.from_env()
 
 
-def parse(name: str, namespace: str, spec: dict) -> tuple[GRPOJobSpec, Plan]:
-    job_spec = GRPOJobSpec.model_validate(spec)
-    return job_spec, plan(job_spec, name=name, namespace=namespace, default_image=SETTINGS.default_trainer_image,
-                          driver_floor=SETTINGS.driver_floor)
+def parse(job: dict) -> tuple[GRPOJobSpec, Plan]:
+    """The job's effective spec (its own fields over the GRPORuntime it took, status.runtime) and its plan."""
+    meta = job["metadata"]
+    job_spec = effective_spec(job)
+    return job_spec, plan(job_spec, name=meta["name"], namespace=meta["namespace"],
+                          default_image=SETTINGS.default_trainer_image, driver_floor=SETTINGS.driver_floor)
 
 
 def validation_message(exc: ValidationError) -> str:

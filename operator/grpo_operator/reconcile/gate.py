@@ -30,6 +30,7 @@ from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
 from grpo_operator.render import render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import events, kube
+from grpo_operator.runtimes import RUNTIME_STATUS
 
 UNREAD: Any = object()
 
@@ -64,6 +65,7 @@ async def begin(job: dict, spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[st
         "configMapName": plan.names.configmap,
         "checkpointClaimName": plan.checkpoint_claim,
         "specDigests": spec_digests(job["spec"]),
+        RUNTIME_STATUS: (status or {}).get(RUNTIME_STATUS),  # the runtime create() took (runtimes.take_runtime)
     }
     if preflight.verdict_stands(status, digest, job_recreated=any(c.kind == "Job" for c in created)):
         # An edit that changed nothing the preflight checks: its verdict stands (sync reads it again).
@@ -148,7 +150,7 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
     (and the NetworkPolicy that comes with it) is created."""
     meta, status = job["metadata"], job.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
-    spec, plan = parse(name, namespace, job["spec"])
+    spec, plan = parse(job)
     plan = with_checkpoint_size(plan, (status.get("preflight") or {}).get("checkpointClaimSize"))
     plan = await with_existing_checkpoint_claim(namespace, spec, plan)
     children = training_children(spec, plan, SETTINGS.network_policy)

@@ -58,9 +58,8 @@ def base_settings(spec: GRPOJobSpec, plan: Plan) -> Settings:
 
 
 def _parsed(job: dict) -> tuple[GRPOJobSpec, Plan] | None:
-    meta = job["metadata"]
     try:
-        return parse(meta["name"], meta["namespace"], job["spec"])
+        return parse(job)
     except (ValidationError, PlanError):
         return None  # an invalid job has no RayJob to act on
 

@@ -24,7 +24,7 @@ from grpo_operator import kuberay, metrics
 from grpo_operator.api import GRPOJobSpec, SecuritySpec
 from grpo_operator.node_rules import DRIVER_LABEL
 from grpo_operator.plan import Plan, PlanError, parse_quantity, with_checkpoint_claim
-from grpo_operator.reconcile import binding, gate, guardrail_actions, pods
+from grpo_operator.reconcile import binding, gate, guardrail_actions, pods, runtimes
 from grpo_operator.reconcile.autoscaling import autoscalers_for
 from grpo_operator.reconcile.binding import WAITING_CHECKS, check_waiting_later
 from grpo_operator.reconcile.capacity import (
@@ -56,6 +56,7 @@ from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import events, kube, priority
 from grpo_operator.runtime.lookups import SharedLookups, always
+from grpo_operator.runtimes import RuntimeProblem, recorded_monitoring
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
 log = logging.getLogger("grpo_operator")
@@ -74,7 +75,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
         return
     job = dict(body)
     kube.JOBS.remember(job)
-    metrics.record_spec(namespace, name, job.get("spec") or {})
+    metrics.record_spec(namespace, name, job.get("spec") or {}, recorded_monitoring(job))
     if (job.get("status") or {}).get("phase"):
         metrics.record_phase(namespace, name, job["status"]["phase"])
     listing = event.get("type") is None
@@ -222,7 +223,13 @@ async def create(job: dict) -> None:
     created: list[tuple[str, str]] = []  # (kind, name) of each child this call created
     try:
         try:
-            job_spec, job_plan = parse(name, namespace, job["spec"])
+            job = await runtimes.take_runtime(job)
+            job_spec, job_plan = parse(job)
+        except RuntimeProblem as exc:
+            result = "waiting"
+            await refuse(job, exc.reason, exc.message)
+            _retry_later(namespace, name, SETTINGS.dependency_retry_seconds)
+            return
         except ValidationError as exc:
             result = "invalid"
             await refuse(job, "InvalidSpec", validation_message(exc))
@@ -248,6 +255,10 @@ async def create(job: dict) -> None:
             if nodes is not None and not job_spec.scheduling.queue_name:
                 refused, waiting = await _capacity(job_plan, nodes)
                 problems += refused
+            if not problems:
+                forbidden = await runtimes.pod_security_problem(namespace, job_spec, job_plan)
+                if forbidden is not None:
+                    problems.append(("pods", "PodSecurity", forbidden))
             unchecked = unchecked_driver_pools(job_plan, nodes or []) if not problems else []
             if unchecked:
                 events.warn(job, reason="DriverUnchecked", message=(
@@ -279,7 +290,7 @@ async def create(job: dict) -> None:
             return
 
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
-            message = "created " + ", ".join(f"{kind} {child}" for kind, child in created)
+            message = "created " + ", ".join(f"{kind} {child}" for kind, child in created) + runtimes.describe(job)
             events.post(job, type="Normal", reason="Created", message=message)
         if not job_spec.preflight.enabled:
             await _started_without_preflight(job, job_plan, waiting)
@@ -354,6 +365,7 @@ async def _started_without_preflight(job: dict, plan: Plan, waiting: tuple[Condi
         "configMapName": plan.names.configmap,
         "checkpointClaimName": plan.checkpoint_claim,
         "specDigests": spec_digests(job["spec"]),
+        **runtimes.taken(job),
     }
     valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
     await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), initial.phase,

@@ -172,7 +172,7 @@ async def sync_status(namespace: str, name: str, rayjob: dict | None = _UNREAD) 
         # Training completed: the RayCluster is kept only after a failure (render/rayjob.py, TTL).
         await kube.patch_rayjob_ttl(namespace, facts.rayjob, 0)
     if observation.wants_export:
-        job_spec, job_plan = parse(name, namespace, job["spec"])
+        job_spec, job_plan = parse(job)
         observation = await _export(job, job_spec, job_plan)
     restarted = _restarted(status, observation, facts)
     if restarted is not None:
@@ -237,9 +237,8 @@ class _Facts:
 
 
 def _derive_facts(job: dict) -> _Facts | None:
-    meta = job["metadata"]
     try:
-        job_spec, job_plan = parse(meta["name"], meta["namespace"], job["spec"])
+        job_spec, job_plan = parse(job)
     except (ValidationError, PlanError):
         return None
     return _Facts(job_plan.names.rayjob, job_plan.exports, job_plan.rehearsal, job_plan.retries,

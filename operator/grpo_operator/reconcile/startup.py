@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 
 from grpo_operator import metrics
-from grpo_operator.reconcile import mirror
+from grpo_operator.reconcile import mirror, runtimes
 from grpo_operator.reconcile.binding import WAITING_CHECKS
 from grpo_operator.reconcile.common import SETTINGS
 from grpo_operator.reconcile.compat import COMPAT
@@ -69,6 +69,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     await _check_kuberay()
     _background.extend(mirror.watch_rayjobs(tuple(_served), WATCH_SELECTORS[RAYJOBS],
                                             int(settings.watching.server_timeout or 300)))
+    _background.append(runtimes.watch_runtimes(int(settings.watching.server_timeout or 300)))
     metrics.serve(SETTINGS.metrics_host, SETTINGS.metrics_port)
     trimming = memory.start_trimming(SETTINGS.heap_trim_seconds)
     if trimming is not None:

@@ -7,6 +7,7 @@ from typing import Any
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render.common import Volumes, apply_pod_placement, pod_metadata, workload_metadata
+from grpo_operator.render.pod_overrides import apply_override
 from grpo_operator.render.security import restrict
 
 # The converter's --dtype spellings for the API's.
@@ -80,6 +81,7 @@ def render_export_job(spec: GRPOJobSpec, plan: Plan, step: int | None = None) ->
             # One retry covers a node lost mid-copy; the converter is idempotent (identical target is
             # accepted) and a deterministic refusal fails the same way twice, cheaply.
             "backoffLimit": 1,
-            "template": {"metadata": pod_metadata(spec, plan, "export"), "spec": pod_spec},
+            "template": apply_override({"metadata": pod_metadata(spec, plan, "export"), "spec": pod_spec},
+                                       shape.override),
         },
     }

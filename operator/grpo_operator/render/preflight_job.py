@@ -28,6 +28,7 @@ from grpo_operator.render.common import (
     trainer_env,
     workload_metadata,
 )
+from grpo_operator.render.pod_overrides import apply_override
 from grpo_operator.render.rayjob import trainer_volumes
 from grpo_operator.render.security import restrict
 from grpo_operator.render.verl_config import render_verl_config
@@ -72,8 +73,9 @@ def render_preflight_job(spec: GRPOJobSpec, plan: Plan, gpu_memory: Mapping[str,
     # The same settings as every other pod of the job (security.py), so the preflight tests the access the
     # trainer will have, and its volumes' ownership is changed only where the root does not match already.
     restrict(pod_spec)
-    apply_pod_placement(pod_spec, spec, plan.head)
-    template = {"metadata": pod_metadata(spec, plan, COMPONENT), "spec": pod_spec}
+    shape = plan.preflight_pod or plan.head
+    apply_pod_placement(pod_spec, spec, shape)
+    template = apply_override({"metadata": pod_metadata(spec, plan, COMPONENT), "spec": pod_spec}, shape.override)
     digest = content_digest(template, render_verl_config(spec, plan))
     meta = workload_metadata(spec, plan, plan.names.preflight_job, COMPONENT)
     meta["annotations"] = {DIGEST_ANNOTATION: digest}

@@ -22,6 +22,7 @@ from grpo_operator.render.common import (
     trainer_env,
     workload_metadata,
 )
+from grpo_operator.render.pod_overrides import apply_override
 from grpo_operator.render.security import restrict
 from grpo_operator.render.submitter import SUBMISSION_MODE, render_submitter_template
 
@@ -135,7 +136,8 @@ def _pod_template(
     if role == "head" and plan.writers_share_node:
         _share_actor_node(pod_spec, plan)
     restrict(pod_spec)  # KubeRay copies the Ray container's securityContext to the init container it adds
-    return {"metadata": pod_metadata(spec, plan, "trainer", **{ROLE_LABEL: role}), "spec": pod_spec}
+    return apply_override({"metadata": pod_metadata(spec, plan, "trainer", **{ROLE_LABEL: role}), "spec": pod_spec},
+                          pod.override)
 
 
 def _head_group(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:

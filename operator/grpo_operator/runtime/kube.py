@@ -130,6 +130,18 @@ RESOURCES: dict[str, Resource] = {
 
 
 NODEPOOLS_PATH = "/apis/karpenter.sh/v1/nodepools"
+GRPORUNTIMES_PATH = f"/apis/{GROUP}/{VERSION}/grporuntimes"
+
+
+async def namespace_labels(namespace: str) -> dict[str, str]:
+    """A namespace's labels ({} when it cannot be read: the check that asks treats that as unlabelled)."""
+    try:
+        found = await _get_or_none(f"/api/v1/namespaces/{namespace}", None)
+    except ApiError as exc:
+        if exc.status != 403:  # rbac.runtimes off: the pods' own admission says it instead
+            raise
+        found = None
+    return dict(((found or {}).get("metadata") or {}).get("labels") or {})
 
 
 class ApiError(Exception):

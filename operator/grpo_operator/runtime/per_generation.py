@@ -11,17 +11,22 @@ T = TypeVar("T")
 
 
 class PerGeneration(Generic[T]):
-    """`of(job)`: `derive(job)` for the job's (namespace, name, uid, generation), remembered for the `limit` most
-    recent ones (None, when derive refuses the spec, is remembered too: the spec is the same until edited)."""
+    """`of(job)`: `derive(job)` for the job's (namespace, name, uid, generation, runtime taken), remembered for the
+    `limit` most recent ones (None, when derive refuses the spec, is remembered too: the spec is the same until
+    edited)."""
 
     def __init__(self, derive: Callable[[dict[str, Any]], T | None], limit: int = 4096) -> None:
         self._derive = derive
         self._limit = limit
-        self._known: dict[tuple[str, str, str, int], T | None] = {}
+        self._known: dict[tuple[str, str, str, int, str, int], T | None] = {}
 
     def of(self, job: dict[str, Any]) -> T | None:
         meta = job["metadata"]
-        key = (meta["namespace"], meta["name"], meta.get("uid", ""), int(meta.get("generation") or 0))
+        # The effective spec is the generation's over the runtime the job took (status.runtime): a job seen before
+        # its first status write recorded the runtime means something else.
+        taken = (job.get("status") or {}).get("runtime") or {}
+        key = (meta["namespace"], meta["name"], meta.get("uid", ""), int(meta.get("generation") or 0),
+               taken.get("name", ""), int(taken.get("generation") or 0))
         if key in self._known:
             return self._known[key]
         found = self._derive(job)

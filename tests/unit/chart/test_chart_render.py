@@ -84,10 +84,12 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 def test_defaults_render_the_operator_and_no_monitoring_objects() -> None:
     # The Jobs are `helm test`'s install check and trainer check (hooks: created only by `helm test`).
-    # Four ClusterRoles: the operator's, its nodes', and the users' edit and view (user-rbac.yaml). The Role,
-    # its binding and the PodDisruptionBudget: the leader Lease's rights and the two replicas' budget.
-    assert kinds(render()) == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRole",
-                               "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Job", "Job",
+    # Five ClusterRoles: the operator's, its nodes', its runtimes' and namespaces', and the users' edit and view
+    # (user-rbac.yaml). The Role, its binding and the PodDisruptionBudget: the leader Lease's rights and the two
+    # replicas' budget.
+    assert kinds(render()) == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRole",
+                               "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment",
+                               "Job", "Job",
                                "PodDisruptionBudget",
                                "Role", "RoleBinding", "Service", "ServiceAccount"]
 
@@ -333,12 +335,18 @@ def test_rbac_holds_what_the_trainer_role_grants(colocated_role: dict[str, Any],
                 assert _grants(rules, rule["apiGroups"][0], resource, verb), (resource, verb)
 
 
-def test_namespaced_mode_has_a_role_per_namespace_and_reads_only_nodes_cluster_wide() -> None:
+def test_namespaced_mode_has_a_role_per_namespace_and_reads_only_nodes_and_runtimes_cluster_wide() -> None:
     docs = _operators_own(render(*NAMESPACED))
     cluster_wide = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering")]
-    assert {d["metadata"]["name"] for d in cluster_wide} == {"grpo-grpo-operator-nodes"}
+    assert {d["metadata"]["name"] for d in cluster_wide} == {"grpo-grpo-operator-nodes", "grpo-grpo-operator-runtimes"}
+    runtimes = next(d for d in cluster_wide
+                    if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-runtimes"))
+    assert runtimes["rules"] == [
+        {"apiGroups": ["grpo.dev"], "resources": ["grporuntimes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+    ]
     assert not {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} & set(kinds(_operators_own(
-        render(*NAMESPACED, "rbac.nodes=false"))))
+        render(*NAMESPACED, "rbac.nodes=false", "rbac.runtimes=false"))))
     jobs_rbac = [d for d in docs if not d["metadata"]["name"].endswith("-leader-election")]  # the Lease's own
     for kind in ("Role", "RoleBinding"):
         assert sorted(d["metadata"]["namespace"] for d in jobs_rbac if d["kind"] == kind) == ["team-a", "team-b"]

@@ -1,0 +1,131 @@
+"""GRPORuntimes as the operator knows them (one watch of the cluster's, no request per job), the runtime a job
+takes at its creation, and the namespace's Pod Security level where a job's overrides need more than restricted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from grpo_operator.api import GRPORuntimeSpec
+from grpo_operator.api.job import GRPOJobSpec
+from grpo_operator.plan import Plan
+from grpo_operator.pod_security import asks, enforced_level, refusal_message, refused
+from grpo_operator.runtime import kube
+from grpo_operator.runtime.watch import ChildWatch
+from grpo_operator.runtimes import RUNTIME_STATUS, apply_runtime, choose_runtime, runtime_status
+
+log = logging.getLogger("grpo_operator.runtimes")
+# How long a job waits for the first list of runtimes after the operator starts (the apiserver answering slowly);
+# past it the job is judged on what is known, and one naming a runtime is looked at again later.
+FIRST_LIST_SECONDS = 30.0
+
+
+class RuntimeCache:
+    """Every GRPORuntime by name, kept by a list-then-watch (runtime/watch.py)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, dict[str, Any]] = {}
+        self.listed = asyncio.Event()
+        self.crd_missing = False
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if kind == "DELETED":
+            self.by_name.pop(name, None)
+        else:
+            self.by_name[name] = obj
+
+    async def ready(self, timeout: float = FIRST_LIST_SECONDS) -> None:
+        try:
+            await asyncio.wait_for(self.listed.wait(), timeout)
+        except TimeoutError:
+            log.warning("GRPORuntimes not listed within %.0f s; judging the job on what is known", timeout)
+
+
+RUNTIMES = RuntimeCache()
+
+
+class _RuntimeWatch(ChildWatch):
+    """The watch of GRPORuntimes, saying when its first list is complete (or the CRD is not installed: an older
+    chart; jobs then take no runtime, and one that names a runtime waits for it)."""
+
+    cache: RuntimeCache | None = None
+
+    async def relist(self) -> None:
+        try:
+            await super().relist()
+        except kube.ApiError as exc:
+            if exc.status in (403, 404) and self.cache is not None and not self.cache.crd_missing:
+                self.cache.crd_missing = True
+                log.warning("GRPORuntimes cannot be listed (%s: the CRD crds/grporuntime.yaml not installed, or "
+                            "rbac.runtimes off): jobs take no runtime", exc.status)
+            if self.cache is not None:
+                self.cache.listed.set()
+            raise
+        if self.cache is not None:
+            self.cache.crd_missing = False
+            self.cache.listed.set()
+
+
+def watch_runtimes(server_timeout: int, cache: RuntimeCache = RUNTIMES) -> asyncio.Task:
+    watch = _RuntimeWatch(kube.api(), kube.GRPORUNTIMES_PATH, "", cache.on_event, server_timeout=server_timeout)
+    watch.cache = cache
+
+    async def run() -> None:
+        with kube.call_site("runtime-watch"):
+            await watch.run_forever()
+
+    return asyncio.get_running_loop().create_task(run(), name="GRPORuntime watch")
+
+
+async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES) -> dict[str, Any]:
+    """The job with status.runtime set to the runtime it takes now (removed when it takes none), in memory: the
+    first status write records it. Raises RuntimeProblem when the runtime cannot be chosen.
+
+    Called only while nothing has trained (creation, an edit before the RayJob, a retry of a waiting job): from
+    then on the job keeps what it took."""
+    await cache.ready()
+    spec = job.get("spec") or {}
+    runtime = choose_runtime(spec.get("runtime"), cache.by_name)
+    status = dict(job.get("status") or {})
+    if runtime is None:
+        status[RUNTIME_STATUS] = None
+    else:
+        runtime_spec = GRPORuntimeSpec.model_validate(runtime.get("spec") or {})
+        _, sources = apply_runtime(GRPOJobSpec.model_validate(spec), runtime_spec)
+        status[RUNTIME_STATUS] = runtime_status(runtime, sources)
+    return {**job, "status": status}
+
+
+def taken(job: dict[str, Any]) -> dict[str, Any]:
+    """status.runtime as a status write records it (None removes one recorded before)."""
+    return {RUNTIME_STATUS: (job.get("status") or {}).get(RUNTIME_STATUS)}
+
+
+def describe(job: dict[str, Any]) -> str:
+    """The runtime part of the job's Created Event ("" without one)."""
+    runtime = (job.get("status") or {}).get(RUNTIME_STATUS)
+    if not runtime:
+        return ""
+    given = runtime.get("fromRuntime", []) + runtime.get("merged", [])
+    fields = f": {', '.join(given)} from it" if given else ""
+    return f"; GRPORuntime {runtime['name']} (generation {runtime.get('generation')}){fields}"
+
+
+async def pod_security_problem(namespace: str, spec: GRPOJobSpec, plan: Plan) -> str | None:
+    """Why the namespace's Pod Security level would refuse the job's pods, or None. Reads the namespace only when
+    an override asks for more than restricted (most jobs never do)."""
+    shapes = {"head": plan.head, "converter": plan.export_pod, "preflight": plan.preflight_pod or plan.head,
+              **{g.role: g.pod for g in plan.groups}}
+    wanted = [ask for role, shape in shapes.items() for ask in asks(role, shape.override)]
+    if not wanted:
+        return None
+    level = enforced_level(await kube.namespace_labels(namespace))
+    refusals = refused(level, wanted)
+    if not refusals:
+        return None
+    network = (spec.network is not None and spec.network.mode == "rdma"
+               and any("capabilities" in r.field for r in refusals))
+    return refusal_message(namespace, level, refusals, network)
