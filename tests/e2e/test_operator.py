@@ -136,6 +136,22 @@ INVALID = [
       "algorithm": {"microBatchSizePerGPU": 3}}, "algorithm.microBatchSizePerGPU must divide"),
     ("gpu memory utilization 1.0 colocated", "colocated-length", {"rollout": {"gpuMemoryUtilization": 1.0}},
      "rollout.gpuMemoryUtilization must be below 1.0"),
+    # Pod overrides (issue 32): what would break the job is refused with the field and the fix.
+    ("override mounting over the checkpoints", "colocated-length",
+     {"pods": {"actor": {"volumes": [{"name": "x", "mountPath": "/checkpoints/x", "emptyDir": {}}]}}},
+     "mountPath is one of the operator's own mount points"),
+    ("override volume with two sources", "colocated-length",
+     {"pods": {"actor": {"volumes": [{"name": "x", "mountPath": "/x", "emptyDir": {},
+                                      "secret": {"secretName": "s"}}]}}},
+     "each volume takes exactly one of emptyDir"),
+    ("override asking for GPUs", "colocated-length", {"pods": {"actor": {"resources": {"nvidia.com/gpu": 8}}}},
+     "CPU, memory and GPUs come from placement.roles.<role>"),
+    ("override setting the operator's env", "colocated-length",
+     {"pods": {"head": {"env": [{"name": "GRPO_JOB_NAME", "value": "x"}]}}}, "may not set GRPO_* or RAY_* variables"),
+    ("preflight override with hostNetwork", "colocated-length", {"pods": {"preflight": {"hostNetwork": True}}},
+     "pods.preflight takes env, volumes, labels, annotations, tolerations and nodeAffinity only"),
+    ("efa without its devices", "colocated-length", {"network": {"mode": "efa"}},
+     "network.mode: efa needs network.efa.devicesPerPod"),
 ]
 
 

@@ -509,3 +509,19 @@ def test_service_monitor_without_the_service_is_refused() -> None:
                   *_set(["serviceMonitor.enabled=true", "metrics.service.enabled=false"]))
     assert result.returncode != 0 and "metrics.service.enabled" in result.stderr
 
+
+
+def test_the_pod_security_admission_policy_is_rendered_only_where_the_api_is_served() -> None:
+    def policy(*args: str) -> list[dict[str, Any]]:
+        result = helm("template", "grpo", str(CHART), "--namespace", "grpo-system", "--kube-version", KUBE_VERSION,
+                      *args)
+        assert result.returncode == 0, result.stderr
+        return [d for d in yaml.safe_load_all(result.stdout) if d and "ValidatingAdmissionPolicy" in d["kind"]]
+
+    served = ("--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+    found = policy(*served)
+    assert [d["kind"] for d in found] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert found[1]["spec"] == {"policyName": "grpo-grpo-operator-pod-security", "validationActions": ["Deny"]}
+    assert found[0]["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["grpojobs"]
+    assert policy() == []  # a cluster without the v1 API (Kubernetes 1.29) gets none
+    assert policy(*served, "--set", "admissionPolicy.podSecurity=false") == []
