@@ -114,6 +114,9 @@ class RunSpec:
     save_freq: int | None = None  # trainer.save_freq; None: only the last step
     # start from a copy of this run's checkpoint directory (a rolled-back attempt of that run)
     resume_from: str | None = None
+    # extra_keys are the whole training config (bench/gpu/throughput.py: the operator's render, verl's example):
+    # only the run's environment (paths, steps, names, logger, GPUs) is added, none of the shared settings
+    keys_only: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("ours", "stock"):
@@ -196,16 +199,34 @@ def reward_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
     return {}
 
 
+def environment_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
+    """Where the run reads and writes, how long it runs and on which GPUs: the same for every config."""
+    return {
+        "actor_rollout_ref.model.path": str(paths.model),
+        "data.dataloader_num_workers": 0,
+        "trainer.nnodes": 1,
+        "trainer.n_gpus_per_node": 1,
+        "trainer.total_epochs": 1,
+        "trainer.total_training_steps": spec.steps,
+        "trainer.save_freq": spec.save_freq or spec.steps,
+        "trainer.default_local_dir": str(paths.checkpoints(spec.name)),
+        "trainer.project_name": "grpo-gpu-smoke",
+        "trainer.experiment_name": spec.name,
+        "trainer.logger": ["console"],
+    }
+
+
 def verl_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
     """The run's verl keys: the shared settings known to work on one H200 (issue 8) and the spec's changes."""
+    if spec.keys_only:
+        return {**dict(spec.extra_keys), **environment_keys(spec, paths), **reward_keys(spec, paths)}
     keys: dict[str, Any] = {
+        **environment_keys(spec, paths),
         "algorithm.adv_estimator": "grpo",
         "algorithm.use_kl_in_reward": False,
         "data.train_batch_size": PROMPTS_PER_STEP,
         "data.max_prompt_length": 64,
         "data.max_response_length": 64,
-        "data.dataloader_num_workers": 0,
-        "actor_rollout_ref.model.path": str(paths.model),
         "actor_rollout_ref.model.use_remove_padding": False,  # no flash-attn in the image
         "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.actor.use_torch_compile": False,
@@ -223,15 +244,6 @@ def verl_keys(spec: RunSpec, paths: Paths) -> dict[str, Any]:
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
         "reward.num_workers": 1,
-        "trainer.nnodes": 1,
-        "trainer.n_gpus_per_node": 1,
-        "trainer.total_epochs": 1,
-        "trainer.total_training_steps": spec.steps,
-        "trainer.save_freq": spec.save_freq or spec.steps,
-        "trainer.default_local_dir": str(paths.checkpoints(spec.name)),
-        "trainer.project_name": "grpo-gpu-smoke",
-        "trainer.experiment_name": spec.name,
-        "trainer.logger": ["console"],
         **reward_keys(spec, paths),
     }
     if spec.temperature is not None:

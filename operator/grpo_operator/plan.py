@@ -483,7 +483,7 @@ def _check_batches(spec: GRPOJobSpec) -> None:
         )
     micro = spec.algorithm.micro_batch_size_per_gpu
     per_gpu = update // gpus
-    if per_gpu % micro:
+    if micro is not None and per_gpu % micro:  # empty: sized to a divisor (render/verl_config.py)
         raise PlanError(
             "algorithm.microBatchSizePerGPU",
             f"{micro} does not divide the {per_gpu} sequences each actor GPU gets per update; "
@@ -514,7 +514,7 @@ def _check_guardrails(spec: GRPOJobSpec) -> None:
 def _check_sampling(spec: GRPOJobSpec) -> None:
     if spec.algorithm.group_size > 1 and spec.rollout.temperature <= 0:
         raise PlanError("rollout.temperature", SPEC_RULE_MESSAGES["temperature"])
-    if spec.rollout.gpu_memory_utilization >= 1:
+    if (spec.rollout.gpu_memory_utilization or 0) >= 1:
         raise PlanError(
             "rollout.gpuMemoryUtilization",
             f"{spec.rollout.gpu_memory_utilization} in {spec.placement.mode} mode; " + SPEC_RULE_MESSAGES["gpu_memory"],

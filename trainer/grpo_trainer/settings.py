@@ -70,3 +70,6 @@ class GrpoSettings(_Strict):
     checkpoints: CheckpointSettings = Field(default_factory=CheckpointSettings)
     # The verl keys the user wrote in the GRPOJob's spec.verl: the preflight names them as such.
     spec_verl_keys: list[str] = Field(default_factory=list, alias="specVerlKeys")
+    # The verl keys the preflight may size for the job's model and GPUs (preflight/sizing.py): those the user left
+    # unset. The operator renders its fixed defaults for them and replaces them with the sized values afterwards.
+    sized_keys: list[str] = Field(default_factory=list, alias="sizedKeys")

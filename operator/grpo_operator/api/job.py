@@ -180,12 +180,13 @@ class GRPOJobSpec(ApiModel):
             cel(f"({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} == 0", SPEC_RULE_MESSAGES["update"]),
             cel(
                 # Judged only once the update splits evenly over the GPUs: one message at a time.
-                f"({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} != 0 || "
+                f"!has(self.algorithm.microBatchSizePerGPU) || ({_UPDATE_SEQUENCES_CEL}) % {ACTOR_GPUS_CEL} != 0 || "
                 f"(({_UPDATE_SEQUENCES_CEL}) / {ACTOR_GPUS_CEL}) % self.algorithm.microBatchSizePerGPU == 0",
                 SPEC_RULE_MESSAGES["micro"],
             ),
             cel("self.algorithm.groupSize < 2 || self.rollout.temperature > 0.0", SPEC_RULE_MESSAGES["temperature"]),
-            cel("self.rollout.gpuMemoryUtilization < 1.0", SPEC_RULE_MESSAGES["gpu_memory"]),
+            cel("!has(self.rollout.gpuMemoryUtilization) || self.rollout.gpuMemoryUtilization < 1.0",
+                SPEC_RULE_MESSAGES["gpu_memory"]),
             cel("self.guardrails.rollback.change != 'klCoef' || self.algorithm.klLoss.enabled",
                 SPEC_RULE_MESSAGES["kl_rollback"]),
             cel(f"!({_ACTS_CEL}) || self.checkpoints.resume == 'auto'", SPEC_RULE_MESSAGES["act_resume"]),

@@ -123,13 +123,15 @@ class AlgorithmSpec(ApiModel):
         description="Prompts per policy update (verl actor.ppo_mini_batch_size). Defaults to "
         "data.trainBatchSize: one on-policy update per step. Must not exceed data.trainBatchSize.",
     )
-    micro_batch_size_per_gpu: int = Field(
-        default=4,
+    micro_batch_size_per_gpu: int | None = Field(
+        default=None,
         ge=1,
         le=4096,
         alias="microBatchSizePerGPU",
         description="Sequences per forward/backward pass on one GPU (verl actor.ppo_micro_batch_size_per_gpu "
-        "and the log-prob micro batches of actor and reference). Lower it when a GPU runs out of memory.",
+        "and the log-prob micro batches of actor and reference). Empty: the preflight sizes the micro batches "
+        "(or, with packed sequences, token budgets) for the model, lengths and GPU memory, 4 where it cannot "
+        "(docs/preflight.md, \"Sizing\"). Lower it when a GPU runs out of memory.",
     )
     learning_rate: float = Field(default=1e-6, gt=0, le=1, description="Actor learning rate (verl actor.optim.lr).")
 
@@ -148,22 +150,24 @@ class RolloutSpec(ApiModel):
         description="GPUs per vLLM engine (verl rollout.tensor_model_parallel_size). Must divide the GPUs "
         "per pod of the role that runs the rollout (rollout in disaggregated mode, actor in colocated).",
     )
-    gpu_memory_utilization: float = Field(
-        default=0.7,
+    gpu_memory_utilization: float | None = Field(
+        default=None,
         gt=0,
         le=1,
-        description="Fraction of GPU memory vLLM may take (verl rollout.gpu_memory_utilization).",
+        description="Fraction of GPU memory vLLM may take (verl rollout.gpu_memory_utilization). Empty: the "
+        "preflight sizes it to hold every sequence of a step beside what stays on the GPU, 0.7 where it cannot.",
     )
     temperature: float = Field(default=0.7, ge=0, le=10, description="Sampling temperature.")
     top_p: float = Field(default=0.9, gt=0, le=1, description="Nucleus sampling top_p.")
     chunked_prefill: bool = Field(
         default=True, description="vLLM chunked prefill (verl rollout.enable_chunked_prefill)."
     )
-    max_num_batched_tokens: int = Field(
-        default=16384,
+    max_num_batched_tokens: int | None = Field(
+        default=None,
         ge=1,
         le=1048576,
-        description="vLLM max_num_batched_tokens (verl rollout.max_num_batched_tokens).",
+        description="vLLM max_num_batched_tokens (verl rollout.max_num_batched_tokens). Empty: the preflight "
+        "sizes it for a step's prompts, 16384 where it cannot.",
     )
     max_model_len_factor: float = Field(
         default=1.2,

@@ -21,7 +21,7 @@ from typing import Any
 from grpo_operator import kuberay
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan, with_checkpoint_claim, with_checkpoint_size
-from grpo_operator.reconcile import preflight
+from grpo_operator.reconcile import preflight, sizing
 from grpo_operator.reconcile.children import AFTER_PREFLIGHT, Child, training_children
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, create_children, parse, refuse, write_status
 from grpo_operator.reconcile.compat import COMPAT, UNSUPPORTED_KUBERAY
@@ -156,12 +156,15 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
     children = training_children(spec, plan, SETTINGS.network_policy)
     if rayjob_only:
         children = [c for c in children if c.kind in AFTER_PREFLIGHT]
+    sized = await sizing.sized_knobs(namespace, status)
+    children = sizing.with_sized_config(children, spec, plan, sized)
     try:
         created = await create_children(job, children)
     except kuberay.KubeRayUnsupported as exc:
         COMPAT.unsupported(exc)
         await refuse(job, UNSUPPORTED_KUBERAY, exc.message)
         raise
+    sizing.say_sized(job, created, sized)
     if created:
         events.post(job, type="Normal", reason="Created",
                     message="created " + ", ".join(f"{c.kind} {c.name}" for c in created))

@@ -7,11 +7,12 @@ from typing import Any
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render.common import DIGEST_ANNOTATION, content_digest, metadata
-from grpo_operator.render.verl_config import render_verl_config
+from grpo_operator.render.verl_config import SizedKnobs, render_verl_config
 
 
-def render_configmap(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
-    text = render_verl_config(spec, plan)
+def render_configmap(spec: GRPOJobSpec, plan: Plan, sized: SizedKnobs | None = None) -> dict[str, Any]:
+    """`sized`: what the preflight sized, once it passed (the preflight itself reads the unsized file)."""
+    text = render_verl_config(spec, plan, sized)
     meta = metadata(plan, plan.names.configmap, "config")
     meta["annotations"] = {DIGEST_ANNOTATION: content_digest(text)}
     return {

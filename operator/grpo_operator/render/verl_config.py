@@ -8,12 +8,54 @@ refuses unknown ones, so a misspelt key here fails loudly at start-up.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import METRICS_PORT, MOUNTS, Plan, verl_overrides
+
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+REF = "actor_rollout_ref.ref"
+MICRO_KEYS = (f"{ACTOR}.ppo_micro_batch_size_per_gpu", f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+              f"{REF}.log_prob_micro_batch_size_per_gpu")
+# With packed sequences the preflight sizes token budgets instead of micro batches (grpo_trainer/preflight/sizing.py).
+TOKEN_BUDGET_KEYS = (f"{ACTOR}.use_dynamic_bsz", f"{ACTOR}.ppo_max_token_len_per_gpu",
+                     f"{ROLLOUT}.log_prob_max_token_len_per_gpu", f"{REF}.log_prob_max_token_len_per_gpu")
+UTILIZATION_KEY = f"{ROLLOUT}.gpu_memory_utilization"
+BATCHED_TOKENS_KEY = f"{ROLLOUT}.max_num_batched_tokens"
+MAX_SEQS_KEY = f"{ROLLOUT}.max_num_seqs"
+# What a job runs with where the preflight could not size a knob the user left empty (no GPU memory known, a model
+# shape the estimate does not know): the values every job ran with before the sizing.
+FALLBACK_MICRO_BATCH = 4
+FALLBACK_UTILIZATION = 0.7
+FALLBACK_BATCHED_TOKENS = 16384
+# The trainer image ships no flash-attn, and verl 0.9.1 asks transformers for flash_attention_2 unless told
+# otherwise (verl/workers/config/model.py), which fails at model load. sdpa without removing the padding: sdpa
+# attends across a whole pack of sequences (a block-diagonal mask over all of it), so packing would cost more
+# attention than the padding it saves. An image with flash-attn sets both in spec.verl.
+ATTENTION_KEYS: dict[str, Any] = {
+    "actor_rollout_ref.model.use_remove_padding": False,
+    "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+}
+
+
+@dataclass(frozen=True)
+class SizedKnobs:
+    """What the preflight sized for the job's model and GPUs (its verdict's `sizing`): verl keys and why."""
+
+    values: tuple[tuple[str, Any], ...]
+    summary: str
+
+    @classmethod
+    def from_verdict(cls, sizing: Mapping[str, Any] | None) -> SizedKnobs | None:
+        values = (sizing or {}).get("values")
+        if not isinstance(values, Mapping) or not values:
+            return None
+        return cls(tuple((str(k), v) for k, v in values.items()), str((sizing or {}).get("summary", "")))
 
 # libyaml's emitter: the same text as the pure-Python SafeDumper, 5x faster (a job's ConfigMap is
 # rendered in the creation path). PyYAML wheels ship it; a source build may not.
@@ -80,6 +122,27 @@ def _mini_batch_size(spec: GRPOJobSpec) -> int:
     return spec.algorithm.mini_batch_size or spec.data.train_batch_size
 
 
+def fallback_micro_batch(spec: GRPOJobSpec, plan: Plan) -> int:
+    """FALLBACK_MICRO_BATCH, or the largest divisor below it of the sequences an actor GPU gets per update:
+    verl refuses micro batches that do not split that share evenly."""
+    per_gpu = max(_mini_batch_size(spec) * spec.algorithm.group_size // max(plan.actor.total_gpus, 1), 1)
+    return max(d for d in range(1, FALLBACK_MICRO_BATCH + 1) if per_gpu % d == 0)
+
+
+def sized_keys(spec: GRPOJobSpec) -> list[str]:
+    """The verl keys the preflight may size: every one whose GRPOJob field is empty and that spec.verl leaves
+    alone (an explicit value always wins)."""
+    keys = [MAX_SEQS_KEY]
+    if spec.algorithm.micro_batch_size_per_gpu is None:
+        keys += [*MICRO_KEYS, *TOKEN_BUDGET_KEYS]
+    if spec.rollout.gpu_memory_utilization is None:
+        keys.append(UTILIZATION_KEY)
+    if spec.rollout.max_num_batched_tokens is None:
+        keys.append(BATCHED_TOKENS_KEY)
+    written = {k.lstrip("+") for k in verl_overrides(spec)}
+    return [k for k in keys if k not in written]
+
+
 def _resume_mapping(plan: Plan) -> dict[str, Any]:
     """A warm start: the trainer starts from it when the job's own directory has no checkpoint yet."""
     source = plan.resume_from
@@ -111,15 +174,17 @@ def _grpo_mapping(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         **_resume_mapping(plan),
         # The keys the user wrote in spec.verl: the preflight names a problem with one as spec.verl.<key>.
         "specVerlKeys": sorted(verl_overrides(spec)),
+        "sizedKeys": sized_keys(spec),
     }
 
 
-def verl_config(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
-    """The verl.yaml content as a mapping: our verl keys, the user's overrides last, then ``grpo``."""
+def verl_config(spec: GRPOJobSpec, plan: Plan, sized: SizedKnobs | None = None) -> dict[str, Any]:
+    """The verl.yaml content as a mapping: our verl keys (with what the preflight sized, once it has), the user's
+    overrides last, then ``grpo``."""
     algo = spec.algorithm
     rollout = spec.rollout
     data = spec.data
-    micro = algo.micro_batch_size_per_gpu
+    micro = algo.micro_batch_size_per_gpu or fallback_micro_batch(spec, plan)
     ours: dict[str, Any] = {
         "algorithm.adv_estimator": algo.adv_estimator,
         # GRPO regularises with a KL *loss* on the actor, not a KL penalty in the reward.
@@ -137,10 +202,11 @@ def verl_config(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         "actor_rollout_ref.rollout.temperature": rollout.temperature,
         "actor_rollout_ref.rollout.top_p": rollout.top_p,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_parallel_size,
-        "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization or FALLBACK_UTILIZATION,
         "actor_rollout_ref.rollout.enable_chunked_prefill": rollout.chunked_prefill,
-        "actor_rollout_ref.rollout.max_num_batched_tokens": rollout.max_num_batched_tokens,
+        "actor_rollout_ref.rollout.max_num_batched_tokens": rollout.max_num_batched_tokens or FALLBACK_BATCHED_TOKENS,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        **ATTENTION_KEYS,
         "data.prompt_key": data.prompt_key,
         "data.max_prompt_length": data.max_prompt_length,
         "data.max_response_length": data.max_response_length,
@@ -159,16 +225,23 @@ def verl_config(spec: GRPOJobSpec, plan: Plan) -> dict[str, Any]:
         **_placement_keys(spec, plan),
         **_reward_keys(spec, plan),
     }
+    if sized is not None:
+        # Only keys the user left empty: a verdict never overrides an explicit value.
+        allowed = set(sized_keys(spec))
+        ours |= {k: v for k, v in sized.values if k in allowed}
     overrides = verl_overrides(spec)
+    written = {k.lstrip("+") for k in overrides}
     # The user's keys come last so the file reads in precedence order.
-    merged = {k: v for k, v in ours.items() if k not in overrides} | overrides
+    merged = {k: v for k, v in ours.items() if k.lstrip("+") not in written} | overrides
     return {**merged, "grpo": _grpo_mapping(spec, plan)}
 
 
-def render_verl_config(spec: GRPOJobSpec, plan: Plan) -> str:
-    """verl.yaml as text, with a header saying where it came from."""
+def render_verl_config(spec: GRPOJobSpec, plan: Plan, sized: SizedKnobs | None = None) -> str:
+    """verl.yaml as text, with a header saying where it came from (and what the preflight sized, and why)."""
     header = (
         f"# Rendered by grpo-operator for GRPOJob {plan.names.namespace}/{plan.names.job}.\n"
         "# Flat dotted keys are verl 0.9.1's; `grpo` holds the operator's extension settings.\n"
     )
-    return header + yaml.dump(verl_config(spec, plan), Dumper=_DUMPER, sort_keys=False, width=120)
+    if sized is not None:
+        header += f"# Sized by the preflight: {' '.join(sized.summary.split())}\n"
+    return header + yaml.dump(verl_config(spec, plan, sized), Dumper=_DUMPER, sort_keys=False, width=120)

@@ -11,6 +11,14 @@ import yaml
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.render import render_verl_config, verl_config
+from grpo_operator.render.verl_config import (
+    FALLBACK_BATCHED_TOKENS,
+    FALLBACK_MICRO_BATCH,
+    FALLBACK_UTILIZATION,
+    SizedKnobs,
+    fallback_micro_batch,
+    sized_keys,
+)
 from grpojob_fixtures import plan_of, spec_with
 
 
@@ -79,6 +87,18 @@ def test_grpo_mapping_follows_the_contract(reference: tuple[GRPOJobSpec, Plan]) 
         },
         "metrics": {"port": 9400},
         "specVerlKeys": [],
+        # every knob the preflight may size but rollout.gpuMemoryUtilization, which the example sets
+        "sizedKeys": [
+            "actor_rollout_ref.rollout.max_num_seqs",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.actor.use_dynamic_bsz",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            "actor_rollout_ref.rollout.max_num_batched_tokens",
+        ],
     }
 
 
@@ -163,7 +183,9 @@ def test_every_rendered_verl_key_exists_in_verl_0_9_1(
         ),
     )
     rendered = set(verl_config(*reference)) | set(verl_config(function, plan_of(function)))
-    unknown = sorted(k for k in rendered - {"grpo"} if not _has_key(verl_tree, k))
+    # A '+' key adds to an open mapping of verl's (override_config): that mapping must exist.
+    unknown = sorted(k for k in rendered - {"grpo"}
+                     if not _has_key(verl_tree, k.removeprefix("+").rsplit(".", 1)[0] if k.startswith("+") else k))
     assert not unknown, f"not verl 0.9.1 keys: {unknown}"
 
 
@@ -172,3 +194,64 @@ def test_disaggregated_syncs_weights_once_per_step(reference_body: dict[str, Any
     cfg = verl_config(spec, plan_of(spec))
     assert cfg["actor_rollout_ref.actor.ppo_mini_batch_size"] == 64
     assert cfg["trainer.v1.separate_async.parameter_sync_step"] == 256 // 64
+
+
+# --------------------------------------------------------------------------- sizing (issue 33)
+
+
+def _sized(spec: GRPOJobSpec, **values: Any) -> dict[str, Any]:
+    return verl_config(spec, plan_of(spec), SizedKnobs(tuple(values.items()), "sized for a test"))
+
+
+def test_knobs_left_empty_get_the_fallbacks_before_the_preflight_sized_them(colocated_body: dict[str, Any]) -> None:
+    cfg = verl_config(*(lambda s: (s, plan_of(s)))(spec_with(colocated_body)))
+    assert cfg["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == FALLBACK_MICRO_BATCH
+    assert cfg["actor_rollout_ref.rollout.gpu_memory_utilization"] == FALLBACK_UTILIZATION
+    assert cfg["actor_rollout_ref.rollout.max_num_batched_tokens"] == FALLBACK_BATCHED_TOKENS
+
+
+def test_the_sized_values_replace_the_fallbacks(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body)
+    cfg = _sized(spec, **{"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 64,
+                          "actor_rollout_ref.rollout.max_num_seqs": 512,
+                          "actor_rollout_ref.rollout.gpu_memory_utilization": 0.07})
+    assert cfg["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 64
+    assert cfg["actor_rollout_ref.rollout.max_num_seqs"] == 512
+    assert cfg["actor_rollout_ref.rollout.gpu_memory_utilization"] == 0.07
+    assert "# Sized by the preflight: sized for a test" in render_verl_config(
+        spec, plan_of(spec), SizedKnobs((), "sized for a test"))
+
+
+def test_an_explicit_field_or_spec_verl_key_wins_over_a_sized_value(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda s: s.update(
+        algorithm={"microBatchSizePerGPU": 2}, rollout={"gpuMemoryUtilization": 0.5},
+        verl={"actor_rollout_ref.rollout.max_num_seqs": 128}))
+    assert set(sized_keys(spec)) == {"actor_rollout_ref.rollout.max_num_batched_tokens"}
+    cfg = _sized(spec, **{"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 64,
+                          "actor_rollout_ref.rollout.gpu_memory_utilization": 0.07,
+                          "actor_rollout_ref.rollout.max_num_seqs": 512})
+    assert cfg["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 2
+    assert cfg["actor_rollout_ref.rollout.gpu_memory_utilization"] == 0.5
+    assert cfg["actor_rollout_ref.rollout.max_num_seqs"] == 128
+
+
+def test_the_fallback_micro_batch_divides_each_gpus_share(colocated_body: dict[str, Any]) -> None:
+    # 2 prompts x 3 responses over 2 GPUs: 3 sequences each, which 4 and 2 do not divide
+    spec = spec_with(colocated_body, lambda s: s.update(
+        data={**s["data"], "trainBatchSize": 2}, algorithm={"groupSize": 3},
+        placement={"mode": "colocated", "roles": {"actor": {"gpus": 2}}}, rollout={"tensorParallelSize": 1}))
+    assert fallback_micro_batch(spec, plan_of(spec)) == 3
+
+
+def test_the_image_without_flash_attn_gets_sdpa_and_padded_sequences(reference: tuple[GRPOJobSpec, Plan]) -> None:
+    cfg = verl_config(*reference)
+    assert cfg["+actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    assert cfg["actor_rollout_ref.model.use_remove_padding"] is False
+
+
+def test_a_user_attention_override_replaces_ours_however_it_is_spelt(colocated_body: dict[str, Any]) -> None:
+    spec = spec_with(colocated_body, lambda s: s.update(verl={
+        "actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2"}))
+    cfg = verl_config(spec, plan_of(spec))
+    assert "+actor_rollout_ref.model.override_config.attn_implementation" not in cfg
+    assert cfg["actor_rollout_ref.model.override_config.attn_implementation"] == "flash_attention_2"

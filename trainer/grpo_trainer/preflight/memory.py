@@ -7,7 +7,7 @@ offload count), the model's shape from its config.json, and each pool's GPU memo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -21,6 +21,7 @@ from grpo_trainer.preflight.fit import (
     estimate,
     vllm_budget,
 )
+from grpo_trainer.preflight.sizing import Sizing, Workload, size
 from grpo_trainer.preflight.verdict import Check
 
 MICRO_FIELD = "spec.algorithm.microBatchSizePerGPU"
@@ -65,6 +66,55 @@ def layouts(cfg: Any) -> tuple[ActorLayout, RolloutLayout]:
         colocated=bool(_get(cfg, "actor_rollout_ref.hybrid_engine", True)),
     )
     return actor_layout, rollout_layout
+
+
+# Attention implementations that run packed sequences as separate ones (varlen kernels); sdpa and eager attend
+# across a whole pack.
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
+
+
+def workload(cfg: Any) -> Workload:
+    """What one step asks of the GPUs, from a built verl config."""
+    rollout = "actor_rollout_ref.rollout"
+    n = int(_get(cfg, f"{rollout}.n", 1))
+    tp = int(_get(cfg, f"{rollout}.tensor_model_parallel_size", 1))
+    actor_gpus = int(_get(cfg, "trainer.n_gpus_per_node")) * int(_get(cfg, "trainer.nnodes"))
+    rollout_gpus = actor_gpus
+    if not bool(_get(cfg, "actor_rollout_ref.hybrid_engine", True)):
+        rollout_gpus = int(_get(cfg, f"{rollout}.n_gpus_per_node") or 0) * int(_get(cfg, f"{rollout}.nnodes") or 0)
+    attention = _get(cfg, "actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2")
+    return Workload(
+        prompt_len=int(_get(cfg, "data.max_prompt_length")),
+        response_len=int(_get(cfg, "data.max_response_length")),
+        sequences_per_step=int(_get(cfg, "data.train_batch_size")) * n,
+        sequences_per_update=int(_get(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")) * n,
+        actor_gpus=actor_gpus,
+        engines=max(rollout_gpus // max(tp, 1), 1),
+        packed=bool(_get(cfg, "actor_rollout_ref.model.use_remove_padding", True)) and attention in VARLEN_ATTENTION,
+    )
+
+
+def sizing(cfg: Any, model_config: Mapping[str, Any], gpu_memory: Mapping[str, int],
+           allowed: Collection[str]) -> Sizing | None:
+    """The knobs the user left to the sizing (`allowed`, verl keys), sized for this model and these GPUs; None
+    when nothing can be sized (GPU memory or model shape unknown, nothing allowed)."""
+    if not allowed:
+        return None
+    try:
+        model = ModelShape.from_hf_config(model_config)
+    except (KeyError, TypeError, ValueError):
+        return None
+    actor, rollout = layouts(cfg)
+    sized = size(model, actor, rollout, workload(cfg), dict(gpu_memory))
+    return sized.allowed(allowed) if sized is not None else None
+
+
+def with_sizing(cfg: Any, sized: Sizing) -> Any:
+    """A copy of the config with the sized values: what the trainer will run, for the fit check."""
+    copy = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in sized.values().items():
+        OmegaConf.update(copy, key, value, force_add=True)
+    return copy
 
 
 def _gib(n: float) -> str:

@@ -29,7 +29,7 @@ from grpo_trainer.preflight import data_checks, model_checks, reward_checks, sto
 from grpo_trainer.preflight.config_checks import verl_accepts, verl_keys
 from grpo_trainer.preflight.fields import field_in_message, spec_field
 from grpo_trainer.preflight.fit import ModelShape
-from grpo_trainer.preflight.memory import memory_checks
+from grpo_trainer.preflight.memory import memory_checks, sizing, with_sizing
 from grpo_trainer.preflight.verdict import Check, Verdict
 
 log = logging.getLogger(__name__)
@@ -130,9 +130,26 @@ def run_preflight(built: BuiltConfig, options: PreflightOptions | None = None,
         return found_checks
 
     checks += _guarded("checkpoints", checkpoints)
+    sized_knobs: dict[str, Any] = {"values": (), "summary": ""}
     if "config" in found:
-        checks += _guarded("memory.fit", lambda: memory_checks(cfg, found["config"], options.gpu_memory))
-    return Verdict(tuple(checks), sized["bytes"])
+
+        def memory() -> list[Check]:
+            chosen = sizing(cfg, found["config"], options.gpu_memory, settings.sized_keys)
+            if chosen is None or not chosen.choices:
+                # The fit is checked on what the trainer will run: the operator's fixed defaults.
+                unsized = [_unsized()] if settings.sized_keys else []
+                return [*memory_checks(cfg, found["config"], options.gpu_memory), *unsized]
+            sized_knobs.update(values=tuple(chosen.values().items()), summary=chosen.summary())
+            return memory_checks(with_sizing(cfg, chosen), found["config"], options.gpu_memory)
+
+        checks += _guarded("memory.fit", memory)
+    return Verdict(tuple(checks), sized["bytes"], sized_knobs["values"], sized_knobs["summary"])
+
+
+def _unsized() -> Check:
+    return Check("memory.sizing", "spec.placement.gpuMemory", True,
+                 "token budgets and vLLM's memory not sized (the GPU memory or the model's shape is unknown, or not "
+                 "even the smallest setting fits): the operator's fixed defaults stay")
 
 
 def _reward_model(cfg: Any) -> list[Check]:

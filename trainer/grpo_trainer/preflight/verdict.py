@@ -16,6 +16,8 @@ TERMINATION_MESSAGE_LIMIT = 4096
 _TEXT_FIELDS = ("message", "fix", "value")
 # Longest text kept per field, tried in turn until the JSON fits; 0 keeps only the keys.
 _TEXT_BUDGETS = (None, 600, 300, 160, 80, 40, 16, 0)
+# The sizing's reasons travel in the verdict's head, which is never shortened: bounded here instead.
+SIZING_SUMMARY_LIMIT = 700
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class Verdict:
     checks: tuple[Check, ...] = field(default_factory=tuple)
     # The size the operator gives the checkpoint claim it creates when spec.checkpoints.volume.size is empty.
     checkpoint_claim_bytes: int | None = None
+    # The verl keys the preflight sized for this job's model and GPUs (sizing.py), and why, in one line.
+    sized: tuple[tuple[str, Any], ...] = ()
+    sizing_summary: str = ""
 
     @property
     def passed(self) -> bool:
@@ -48,6 +53,8 @@ class Verdict:
         head: dict[str, Any] = {"passed": self.passed}
         if self.checkpoint_claim_bytes is not None:
             head["checkpointClaimBytes"] = self.checkpoint_claim_bytes
+        if self.sized:
+            head["sizing"] = {"values": dict(self.sized), "summary": _cut(self.sizing_summary, SIZING_SUMMARY_LIMIT)}
         return head
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,7 +85,8 @@ class Verdict:
                 rows.append(Check("more", "", False, f"{len(failed) - keep} more failed checks"))
             if passed:
                 rows.append(Check("passed", "", True, f"{len(passed)} checks passed"))
-            text = json.dumps(Verdict(tuple(rows), self.checkpoint_claim_bytes)._shortened(80, 80),
+            text = json.dumps(Verdict(tuple(rows), self.checkpoint_claim_bytes, self.sized,
+                                      self.sizing_summary)._shortened(80, 80),
                               separators=(",", ":"))
             if len(text.encode()) <= limit:
                 return text
@@ -96,6 +104,7 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        sizing = data.get("sizing") or {}
         return cls(
             tuple(
                 Check(
@@ -109,6 +118,8 @@ class Verdict:
                 for c in data["checks"]
             ),
             int(data["checkpointClaimBytes"]) if data.get("checkpointClaimBytes") is not None else None,
+            tuple((sizing.get("values") or {}).items()),
+            str(sizing.get("summary", "")),
         )
 
 
