@@ -359,11 +359,12 @@ DEVCLUSTER_NODES = [NodeView.of(n) for n in node_manifests()]
 def fits_the_devcluster(body: dict) -> bool:
     """Whether the session's fake nodes can hold every role (else the operator says InsufficientCapacity),
     and the preflight pod can start here, suspended job or not: its new checkpoint claim binds (the
-    devcluster's StorageClass) and it names no PriorityClass (the devcluster has none)."""
+    devcluster's StorageClass) and it names no PriorityClass (the devcluster has none); and it names no GRPORuntime
+    (cluster state, like a claim: test_runtimes.py's)."""
     spec = GRPOJobSpec.model_validate(body["spec"])
     job_plan = plan(spec, name=body["metadata"]["name"], namespace="ns", default_image="grpo-trainer:test")
     binds = spec.checkpoints.volume.storage_class_name in (None, STORAGE_CLASS)
-    pod_starts = binds and spec.scheduling.priority_class_name is None
+    pod_starts = binds and spec.scheduling.priority_class_name is None and spec.runtime is None
     return pod_starts and not capacity_shortfalls(job_plan, DEVCLUSTER_NODES)
 
 
