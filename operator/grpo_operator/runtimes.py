@@ -184,6 +184,8 @@ def apply_runtime(job: GRPOJobSpec, runtime: GRPORuntimeSpec) -> tuple[GRPOJobSp
 
 DEFAULT_RUNTIME_REASON = "RuntimeDefaultAmbiguous"
 MISSING_RUNTIME_REASON = "RuntimeNotFound"
+INVALID_RUNTIME_REASON = "RuntimeInvalid"
+UNLISTED_RUNTIME_REASON = "RuntimesNotListed"
 
 
 def choose_runtime(named: str | None, runtimes: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -195,8 +197,9 @@ def choose_runtime(named: str | None, runtimes: Mapping[str, Mapping[str, Any]])
         if runtime is None:
             raise RuntimeProblem(
                 MISSING_RUNTIME_REASON,
-                f"spec.runtime: no GRPORuntime named {named!r} exists (kubectl get grporuntimes); create it or "
-                "correct spec.runtime. The job is looked at again until it exists.",
+                f"spec.runtime: no GRPORuntime named {named!r} exists; correct spec.runtime (the cluster's admins "
+                "know the runtimes; kubectl get grporuntimes lists them where you may read them) or have it "
+                "created. The job is looked at again until it exists.",
             )
         return runtime
     defaults = sorted(name for name, body in runtimes.items() if (body.get("spec") or {}).get("default"))

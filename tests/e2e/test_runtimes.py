@@ -129,3 +129,17 @@ def test_overrides_the_namespace_refuses_are_refused_at_kubectl_apply_naming_the
     assert refused.value.status in (400, 403, 422)
     assert f"cannot run in namespace {scratch_ns}: it enforces the {level} Pod Security Standard" in str(refused.value)
     assert refusal in str(refused.value)
+
+
+def test_an_update_that_keeps_the_overrides_is_admitted_after_the_namespace_became_stricter(
+        cluster: LocalCluster, team_ns: str, pod_security_policy: list[dict]) -> None:
+    """The guardrails' suspend (and any edit that leaves spec.pods and spec.network alone) must not be refused
+    because the namespace's level was raised after the job was admitted."""
+    body = example("colocated-length", pods={"actor": {"hostNetwork": True}}, scheduling={"suspend": True})
+    apply_job(cluster, team_ns, body)
+    cluster.api.patch("namespaces", team_ns, None, {"metadata": {"labels": {ENFORCE: "baseline"}}})
+    cluster.api.patch("grpojobs", COLOCATED, team_ns, {"spec": {"scheduling": {"suspend": False}}})
+    assert get(cluster, "grpojob", COLOCATED, "-n", team_ns)["spec"]["scheduling"]["suspend"] is False
+    with pytest.raises(ApiError) as refused:  # changing the overrides is judged again
+        cluster.api.patch("grpojobs", COLOCATED, team_ns, {"spec": {"pods": {"head": {"hostNetwork": True}}}})
+    assert "pod-security.kubernetes.io/enforce=privileged" in str(refused.value)

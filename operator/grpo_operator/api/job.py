@@ -65,7 +65,8 @@ def frozen_once_training(field: str, optional: bool = False) -> dict[str, str]:
     return cel(f"{_EDITABLE} || ({unchanged})", _FROZEN_MESSAGE.format(field=field))
 
 
-_SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata")
+_SPEC_TOP_LEVEL_OPTIONALS = ("image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata", "runtime",
+                             "pods", "network")
 # Frozen once training has started (see frozen_once_training); spec.checkpoints from creation on.
 FROZEN_ONCE_TRAINING = (
     "guardrails",
@@ -276,8 +277,8 @@ class GRPOJobSpec(ApiModel):
     )
     network: NetworkSpec | None = Field(
         default=None,
-        description="How NCCL talks across nodes: tcp (default), rdma or efa, rendered on every GPU role "
-        "(docs/multi-node.md).",
+        description="How NCCL talks across nodes: tcp, rdma or efa, rendered on every GPU role "
+        "(docs/multi-node.md). Empty: nothing rendered, NCCL chooses on the pod network.",
     )
     verl: dict[str, Any] = Field(
         default_factory=dict,

@@ -263,8 +263,9 @@ class NetworkSpec(ApiModel):
     )
 
     mode: Literal["tcp", "rdma", "efa"] = Field(
-        description="tcp: the pod network (no devices). rdma: InfiniBand/RoCE devices and NCCL's IB transport. "
-        "efa: AWS EFA devices and libfabric."
+        description="tcp: the pod network, NCCL's IB transport turned off (NCCL_IB_DISABLE=1; without a network "
+        "section nothing is rendered and NCCL probes for itself). rdma: InfiniBand/RoCE devices and NCCL's IB "
+        "transport. efa: AWS EFA devices and libfabric."
     )
     socket_interface: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
         default=None,

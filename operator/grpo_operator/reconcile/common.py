@@ -60,8 +60,9 @@ async def write_status(
     return written
 
 
-async def refuse(job: dict, reason: str, message: str) -> None:
-    """Phase Invalid with the reason; once: a job re-checked unchanged (a retry, a restart) is left as it is."""
+async def refuse(job: dict, reason: str, message: str, fields: dict[str, Any] | None = None) -> None:
+    """Phase Invalid with the reason; once: a job re-checked unchanged (a retry, a restart) is left as it is.
+    `fields`: more status to write with it (the runtime the job took, so a refusal it causes can be traced)."""
     meta, status = job["metadata"], job.get("status") or {}
     updates = (ConditionUpdate("Ready", "False", reason, message), ConditionUpdate("Valid", "False", reason, message))
     if (
@@ -70,7 +71,7 @@ async def refuse(job: dict, reason: str, message: str) -> None:
         and conditions_hold(status, updates)
     ):
         return
-    await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), "Invalid", updates)
+    await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), "Invalid", updates, fields)
     events.warn(job, reason=reason, message=message)
 
 

@@ -258,7 +258,7 @@ async def create(job: dict) -> None:
             if not problems:
                 forbidden = await runtimes.pod_security_problem(namespace, job_spec, job_plan)
                 if forbidden is not None:
-                    problems.append(("pods", "PodSecurity", forbidden))
+                    problems.append(("pods", "PodSecurity", forbidden + runtimes.describe(job)))
             unchecked = unchecked_driver_pools(job_plan, nodes or []) if not problems else []
             if unchecked:
                 events.warn(job, reason="DriverUnchecked", message=(
@@ -285,7 +285,7 @@ async def create(job: dict) -> None:
         _release_slot()
         if problems:
             result = "waiting"
-            await refuse(job, problems[0][1], "; ".join(p[2] for p in problems))
+            await refuse(job, problems[0][1], "; ".join(p[2] for p in problems), runtimes.taken(job))
             _retry_later(namespace, name, SETTINGS.dependency_retry_seconds)
             return
 

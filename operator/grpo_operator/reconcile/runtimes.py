@@ -8,13 +8,23 @@ import asyncio
 import logging
 from typing import Any
 
+from pydantic import ValidationError
+
 from grpo_operator.api import GRPORuntimeSpec
 from grpo_operator.api.job import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.pod_security import asks, enforced_level, refusal_message, refused
 from grpo_operator.runtime import kube
 from grpo_operator.runtime.watch import ChildWatch
-from grpo_operator.runtimes import RUNTIME_STATUS, apply_runtime, choose_runtime, runtime_status
+from grpo_operator.runtimes import (
+    INVALID_RUNTIME_REASON,
+    RUNTIME_STATUS,
+    UNLISTED_RUNTIME_REASON,
+    RuntimeProblem,
+    apply_runtime,
+    choose_runtime,
+    runtime_status,
+)
 
 log = logging.getLogger("grpo_operator.runtimes")
 # How long a job waits for the first list of runtimes after the operator starts (the apiserver answering slowly);
@@ -38,10 +48,15 @@ class RuntimeCache:
             self.by_name[name] = obj
 
     async def ready(self, timeout: float = FIRST_LIST_SECONDS) -> None:
+        """Wait for the first list; a job judged without it could miss its default runtime for good."""
         try:
             await asyncio.wait_for(self.listed.wait(), timeout)
         except TimeoutError:
-            log.warning("GRPORuntimes not listed within %.0f s; judging the job on what is known", timeout)
+            raise RuntimeProblem(
+                UNLISTED_RUNTIME_REASON,
+                f"the operator has not listed the GRPORuntimes yet ({timeout:.0f} s after it started); the job is "
+                "looked at again once it has (the operator's log says why the list fails)",
+            ) from None
 
 
 RUNTIMES = RuntimeCache()
@@ -93,7 +108,14 @@ async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES) -> d
     if runtime is None:
         status[RUNTIME_STATUS] = None
     else:
-        runtime_spec = GRPORuntimeSpec.model_validate(runtime.get("spec") or {})
+        name = (runtime.get("metadata") or {}).get("name", "")
+        try:
+            runtime_spec = GRPORuntimeSpec.model_validate(runtime.get("spec") or {})
+        except ValidationError as exc:  # stored around the CRD's schema (an older CRD): the admin's to fix
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RuntimeProblem(INVALID_RUNTIME_REASON, f"GRPORuntime {name}: spec.{where}: {first['msg']}; the "
+                                 "runtime must be corrected before jobs can take it") from exc
         _, sources = apply_runtime(GRPOJobSpec.model_validate(spec), runtime_spec)
         status[RUNTIME_STATUS] = runtime_status(runtime, sources)
     return {**job, "status": status}

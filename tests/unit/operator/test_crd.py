@@ -189,7 +189,8 @@ def test_spec_is_frozen_once_training_has_started_except_suspend_verl_and_prefli
     frozen = {m.group(1) for r in root_rules for m in [re.search(r"oldSelf\.spec\.([\w.]+?)\)*$", r["rule"])] if m}
     assert frozen == {
         "guardrails", "model", "data", "training", "algorithm", "rollout", "reward", "placement", "export", "security",
-        "rehearsal", "image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata",
+        "rehearsal", "image", "serviceAccountName", "imagePullSecrets", "env", "podMetadata", "runtime", "pods",
+        "network",
         "scheduling.queueName", "scheduling.priorityClassName", "scheduling.activeDeadlineSeconds",
         "scheduling.retries", "scheduling.keepFailedClusterSeconds",
     }
