@@ -1,7 +1,7 @@
 """Issue 33.3: tokens/s of the config the operator renders (A) against verl's own example settings (B), one GPU.
 
     python bench/gpu/throughput.py configs --shape qwen2.5-0.5b --gpu-memory 150754820096 --work DIR   # print A, B
-    python bench/gpu/throughput.py call --shape qwen2.5-0.5b --order A,B --wall-cap 240 --work DIR --out $OUT
+    python bench/gpu/throughput.py call --shape qwen2.5-0.5b --order A,B --wall-cap 240 [--deadline S] --work DIR --out $OUT
     python bench/gpu/throughput.py report RESULT_DIR...      # here: the A/B table from what came back
 
 Both run through grpo-train on the same random-init model of a Qwen2.5 shape (nothing downloaded), the same
@@ -234,9 +234,34 @@ def specs(order: Sequence[str], keys: Mapping[str, dict[str, Any]], wall_cap_s: 
     return runs
 
 
-def call(shape: str, order: Sequence[str], wall_cap_s: float, work: Path, out: Path, first: int) -> int:
+def run_cap(wall_cap_s: float, runs: int, seconds_left: float | None, per_run_overhead_s: float = 20.0) -> float:
+    """Pure: every run's wall cap in one call, the same for all: wall_cap_s, or less where the call's deadline
+    leaves less (each run also needs per_run_overhead_s to stop Ray and save its results)."""
+    if seconds_left is None:
+        return wall_cap_s
+    return max(0.0, min(wall_cap_s, seconds_left / runs - per_run_overhead_s))
+
+
+def gpu_state() -> str:
+    """nvidia-smi's one line on the GPU (name, memory, clock, temperature, power); diagnostics only."""
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,memory.used,clocks.sm,temperature.gpu,"
+                               "power.draw", "--format=csv,noheader"], capture_output=True, text=True,
+                              check=False, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def call(shape: str, order: Sequence[str], wall_cap_s: float, work: Path, out: Path, first: int,
+         deadline_s: float | None = None) -> int:
+    """The call's runs; results under work (not out: the device gives back 8 files at most), bundled into
+    out/<shape>-<first>.tar.gz and .json after every run, so a call stopped early still brings back what ran.
+    deadline_s: seconds this call may take in all; the runs' common wall cap shrinks to fit it."""
+    import time
+
     import session
 
+    started = time.monotonic()
     paths = run_grpo.Paths(work / shape)
     build_model(paths.model, SHAPES[shape])
     if not paths.prompts.exists():
@@ -244,18 +269,27 @@ def call(shape: str, order: Sequence[str], wall_cap_s: float, work: Path, out: P
     gpu = gpu_memory_bytes()
     a_keys, why = config_a(grpojob_spec(60), paths, gpu, 60)
     keys = {"A": a_keys, "B": config_b()}
-    results = out / f"{shape}-{first}"
+    name = f"{shape}-{first}"
+    results = work / "results" / name
     results.mkdir(parents=True, exist_ok=True)
     (results / "configs.json").write_text(json.dumps({"gpu_memory": gpu, "sizing": why, **keys}, indent=1))
-    runs = specs(order, keys, wall_cap_s, first)
-    summary: dict[str, Any] = {"shape": shape, "sizing": why}
+    prepared_s = time.monotonic() - started
+    left = None if deadline_s is None else deadline_s - prepared_s
+    cap = run_cap(wall_cap_s, len(order), left)
+    runs = specs(order, keys, cap, first)
+    summary: dict[str, Any] = {"shape": shape, "sizing": why, "order": list(order), "wall_cap_s": round(cap, 1),
+                               "prepared_s": round(prepared_s, 1), "gpu_memory": gpu}
+    print(json.dumps({"prepared_s": round(prepared_s, 1), "wall_cap_s": round(cap, 1), "sizing": why}), flush=True)
+    session.bundle(results, out, name, summary)
     for spec in runs:
+        before = gpu_state()
         with MemoryPeak() as memory:
             result = session.run_timed([spec], paths, results)[0]
         summary[spec.name] = {**run_summary(results / f"{spec.name}.steps.jsonl"), "gpu_peak_mib": memory.peak_mib,
-                              "rc": result.rc, "first_step_at_s": result.first_step_at_s}
+                              "rc": result.rc, "wall_s": result.wall_s, "timed_out": result.timed_out,
+                              "first_step_at_s": result.first_step_at_s, "gpu_before": before}
         print(json.dumps({spec.name: summary[spec.name]}), flush=True)
-    session.bundle(results, out, f"{shape}-{first}", summary)
+        session.bundle(results, out, name, summary)
     return 0
 
 
@@ -310,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--first", type=int, default=1, help="number of the first pair in this call (names A<n>, B<n>)")
     c.add_argument("--work", type=Path, default=Path("/tmp/gpuw/throughput"))
     c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--deadline", type=float, default=None,
+                   help="seconds the whole call may take; the runs' common wall cap shrinks to fit")
     s = sub.add_parser("configs")
     s.add_argument("--shape", choices=sorted(SHAPES), required=True)
     s.add_argument("--gpu-memory", type=int, required=True)
@@ -318,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("folders", nargs="+", type=Path)
     a = p.parse_args(argv)
     if a.cmd == "call":
-        return call(a.shape, a.order.split(","), a.wall_cap, a.work, a.out, a.first)
+        return call(a.shape, a.order.split(","), a.wall_cap, a.work, a.out, a.first, a.deadline)
     if a.cmd == "configs":
         paths = run_grpo.Paths(a.work / a.shape)
         build_model(paths.model, SHAPES[a.shape])
