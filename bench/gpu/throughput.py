@@ -1,7 +1,7 @@
 """Issue 33.3: tokens/s of the config the operator renders (A) against verl's own example settings (B), one GPU.
 
     python bench/gpu/throughput.py configs --shape qwen2.5-0.5b --gpu-memory 150754820096 --work DIR   # print A, B
-    python bench/gpu/throughput.py call --shape qwen2.5-0.5b --order A,B --wall-cap 240 [--deadline S] --work DIR --out $OUT
+    python bench/gpu/throughput.py call --shape qwen2.5-0.5b --order A,B --wall-cap 240 --deadline S --out $OUT
     python bench/gpu/throughput.py report RESULT_DIR...      # here: the A/B table from what came back
 
 Both run through grpo-train on the same random-init model of a Qwen2.5 shape (nothing downloaded), the same
