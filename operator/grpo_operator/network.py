@@ -10,9 +10,10 @@ from __future__ import annotations
 from grpo_operator.api import EnvVar, NetworkSpec, PodOverride
 
 NCCL_ROLES = ("actor", "rollout", "reward")
-# RDMA registers (pins) the buffers it sends from: without CAP_IPC_LOCK the container's memlock limit stops NCCL's
-# IB transport at its first registration, and NCCL falls back to sockets (or fails, with NCCL_IB_DISABLE=0 set).
-RDMA_CAPABILITY = "IPC_LOCK"
+# RDMA registers (pins) the buffers it sends from, within the process's memlock limit. No capability is added for
+# it: the trainer runs as uid 1000 without privilege escalation, and a non-root process gets no ambient
+# capabilities from the container runtime, so IPC_LOCK would do nothing but force a privileged namespace. The
+# limit comes from the node's container runtime (docs/multi-node.md: LimitMEMLOCK=infinity).
 MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 
 
@@ -40,8 +41,7 @@ def network_override(network: NetworkSpec | None) -> PodOverride | None:
         if rdma and rdma.gid_index is not None:
             env += _env(NCCL_IB_GID_INDEX=str(rdma.gid_index))
         annotations = {MULTUS_NETWORKS: ",".join(rdma.networks)} if rdma and rdma.networks else None
-        return PodOverride(resources={resource: devices}, env=env, capabilities=[RDMA_CAPABILITY],
-                           annotations=annotations)
+        return PodOverride(resources={resource: devices}, env=env, annotations=annotations)
     efa = network.efa
     if efa is None:  # the CRD refuses efa without its section; a spec written around it gets the error here
         raise ValueError("network.mode: efa needs network.efa.devicesPerPod (32 on p5/p5e/p5en, 4 on p4d)")

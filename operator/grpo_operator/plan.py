@@ -329,12 +329,47 @@ def _pod_shape(field: str, role: RoleSpec) -> PodShape:
 
 def role_override(spec: GRPOJobSpec, role: str) -> PodOverride | None:
     """What the role's pods get beyond what the operator renders: spec.pods.<role> over spec.network's additions
-    (an NCCL role's only)."""
+    (an NCCL role's only). A variable the job sets in spec.env is the job's, not the network's default."""
     try:
         network = network_override(spec.network) if role in NCCL_ROLES else None
     except ValueError as exc:
         raise PlanError("network.efa", str(exc)) from exc
-    return merge_pod_override(network, getattr(spec.pods, role) if spec.pods is not None else None)
+    own = {e.name for e in spec.env or ()}
+    if network is not None and network.env and own:
+        network = network.model_copy(update={"env": [e for e in network.env if e.name not in own]})
+    override = merge_pod_override(network, getattr(spec.pods, role) if spec.pods is not None else None)
+    _check_volumes(role, override)
+    return override
+
+
+def _check_volumes(role: str, override: PodOverride | None) -> None:
+    """The merged volumes (a runtime's and the job's) mount each path once: two mounts at one path make the
+    apiserver refuse every pod of the role, long after the job was accepted."""
+    seen: dict[str, str] = {}
+    for volume in (override.volumes or ()) if override is not None else ():
+        if volume.mount_path in seen:
+            raise PlanError(f"pods.{role}.volumes", f"{seen[volume.mount_path]} and {volume.name} both mount "
+                            f"{volume.mount_path} (with the job's GRPORuntime's volumes); mount one elsewhere")
+        seen[volume.mount_path] = volume.name
+
+
+def _check_host_network(spec: GRPOJobSpec) -> None:
+    """All of the job's Ray pods on the host's network, or none: the job's NetworkPolicy admits its pods by pod
+    selector, which a host-network pod's traffic (from the node's address) never matches, so a mix cannot form the
+    Ray cluster."""
+    pods = spec.pods
+    if pods is None:
+        return
+    placed = spec.placement.roles
+    roles = ["head", "actor"]
+    roles += ["rollout"] if spec.placement.mode == "disaggregated" and placed.rollout is not None else []
+    roles += ["reward"] if placed.reward is not None else []
+    on_host = [r for r in roles if (getattr(pods, r) or PodOverride()).host_network]
+    if on_host and len(on_host) != len(roles):
+        off = [r for r in roles if r not in on_host]
+        raise PlanError("pods", f"hostNetwork is set for {', '.join(on_host)} but not for {', '.join(off)}: the "
+                        "job's Ray pods must all be on the host's network or none (the job's NetworkPolicy cannot "
+                        "admit a host-network pod by its labels); set pods.<role>.hostNetwork on every one of them")
 
 
 def with_override(pod: PodShape, override: PodOverride | None) -> PodShape:
@@ -699,6 +734,7 @@ def plan(spec: GRPOJobSpec, *, name: str, namespace: str, default_image: str | N
     _check_sampling(spec)
     _check_guardrails(spec)
     _check_quantities(spec)
+    _check_host_network(spec)
     groups = _groups(spec, driver_floor)
     verl_overrides(spec)  # judged here so a bad override is an Invalid job, not a failed render
 

@@ -3,7 +3,8 @@ created, instead of a RayJob whose pods the apiserver refuses one by one (KubeRa
 
 Everything the operator renders itself passes "restricted" (render/security.py); only spec.pods and spec.network
 can ask for more: hostNetwork and hostPath volumes (refused by baseline and restricted), and added capabilities
-(restricted allows NET_BIND_SERVICE alone; baseline the container runtime's default set).
+(which come with allowPrivilegeEscalation, so restricted refuses any; baseline admits the container runtime's
+default set).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ BASELINE_CAPABILITIES = frozenset({
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP",
     "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 })
-RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,12 @@ def asks(role: str, override: PodOverride | None) -> list[Refusal]:
     for volume in override.volumes or ():
         if volume.host_path is not None:
             found.append(Refusal(f"pods.{role}.volumes[{volume.name}].hostPath", "privileged"))
-    extra = sorted(set(override.capabilities or ()) - RESTRICTED_CAPABILITIES)
-    if extra:
-        needs = "privileged" if set(extra) - BASELINE_CAPABILITIES else "baseline"
-        found.append(Refusal(f"pods.{role}.capabilities ({', '.join(extra)})", needs))
+    added = sorted(set(override.capabilities or ()))
+    if added:
+        # Any: an added capability comes with allowPrivilegeEscalation (render/pod_overrides.py), which restricted
+        # refuses; beyond the runtime's default set, only privileged admits it.
+        needs = "privileged" if set(added) - BASELINE_CAPABILITIES else "baseline"
+        found.append(Refusal(f"pods.{role}.capabilities ({', '.join(added)})", needs))
     return found
 
 
@@ -59,11 +61,10 @@ def enforced_level(labels: Mapping[str, str]) -> str:
     return labels.get(ENFORCE_LABEL, "privileged")
 
 
-def refusal_message(namespace: str, level: str, refusals: list[Refusal], network: bool) -> str:
+def refusal_message(namespace: str, level: str, refusals: list[Refusal]) -> str:
     fields = ", ".join(f"spec.{r.field}" for r in refusals)
     least = "privileged" if any(r.needs == "privileged" for r in refusals) else "baseline"
-    source = " (spec.network: rdma adds IPC_LOCK to every GPU role)" if network else ""
-    return (f"{fields}{source} cannot run in namespace {namespace}: it enforces the {level} Pod Security Standard "
+    return (f"{fields} cannot run in namespace {namespace}: it enforces the {level} Pod Security Standard "
             f"({ENFORCE_LABEL}={level}), which refuses them. Label the namespace {ENFORCE_LABEL}={least} "
             f"(kubectl label namespace {namespace} --overwrite {ENFORCE_LABEL}={least}), run the job in a namespace "
             "that allows it, or remove those settings from the job and its GRPORuntime.")

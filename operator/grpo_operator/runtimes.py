@@ -223,6 +223,7 @@ def runtime_status(runtime: Mapping[str, Any], sources: Sources) -> dict[str, An
     meta = runtime.get("metadata") or {}
     return {
         "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
         "generation": meta.get("generation"),
         "spec": dict(runtime.get("spec") or {}),
         "fromRuntime": sorted(sources.from_runtime),

@@ -59,19 +59,19 @@ def test_an_override_the_namespaces_pod_security_level_refuses_is_said_before_an
         cluster: LocalCluster, team_ns: str) -> None:
     cluster.api.patch("namespaces", team_ns, None, {"metadata": {"labels": {ENFORCE: "baseline"}}})
     set_ray_outcome(cluster, team_ns, COLOCATED, "SUCCEEDED", "done")
-    apply_job(cluster, team_ns, example("colocated-length", pods={"actor": {"hostNetwork": True}}))
+    cache = {"name": "model-cache", "mountPath": "/cache", "hostPath": {"path": "/mnt/models"}}
+    apply_job(cluster, team_ns, example("colocated-length", pods={"actor": {"volumes": [cache]}}))
     job = wait_object(cluster, "grpojobs", COLOCATED, team_ns, _ready_reason("PodSecurity"), 60,
                       "Ready saying PodSecurity")
     message = condition(job, "Ready")["message"]
-    assert "spec.pods.actor.hostNetwork" in message and f"({ENFORCE}=baseline)" in message
+    assert "spec.pods.actor.volumes[model-cache].hostPath" in message and f"({ENFORCE}=baseline)" in message
     assert f"kubectl label namespace {team_ns} --overwrite {ENFORCE}=privileged" in message
     assert _children(cluster, team_ns) == []  # no preflight, no RayJob, no pod refused one by one
     cluster.api.patch("namespaces", team_ns, None, {"metadata": {"labels": {ENFORCE: "privileged"}}})
     wait_phase(cluster, team_ns, COLOCATED, "Succeeded", 120)
     (rayjob,) = items(cluster, "rayjobs", "-n", team_ns)
     actor = next(g for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g["groupName"] == "actor")
-    assert (actor["template"]["spec"]["hostNetwork"], actor["template"]["spec"]["dnsPolicy"]) == (
-        True, "ClusterFirstWithHostNet")
+    assert {"name": "model-cache", "hostPath": {"path": "/mnt/models"}} in actor["template"]["spec"]["volumes"]
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +109,17 @@ def _dry_run(cluster: LocalCluster, namespace: str, **spec: object) -> None:
 
 @pytest.mark.parametrize(("level", "spec", "refusal"), [
     ("baseline", {"pods": {"actor": {"hostNetwork": True}}}, "pod-security.kubernetes.io/enforce=privileged"),
-    ("restricted", {"network": {"mode": "rdma"}}, "spec.network.mode rdma (which adds IPC_LOCK)"),
+    ("baseline", {"pods": {"converter": {"volumes": [{"name": "cache", "mountPath": "/cache",
+                                                      "hostPath": {"path": "/mnt/cache"}}]}}},
+     "spec.pods hostNetwork or hostPath volumes cannot run"),
     ("restricted", {"pods": {"head": {"capabilities": ["CHOWN"]}}},
      "--overwrite pod-security.kubernetes.io/enforce=baseline"),
     ("baseline", {"pods": {"actor": {"capabilities": ["IPC_LOCK"]}}}, "pod-security.kubernetes.io/enforce=privileged"),
-    ("restricted", {"pods": {"actor": {"capabilities": ["NET_BIND_SERVICE"]}}}, None),
+    ("restricted", {"pods": {"actor": {"capabilities": ["NET_BIND_SERVICE"]}}},
+     "--overwrite pod-security.kubernetes.io/enforce=baseline"),  # comes with allowPrivilegeEscalation
     ("baseline", {"pods": {"head": {"capabilities": ["CHOWN"]}}}, None),
-    ("privileged", {"pods": {"actor": {"hostNetwork": True}}, "network": {"mode": "rdma"}}, None),
+    ("privileged", {"pods": {"actor": {"capabilities": ["IPC_LOCK"]}}}, None),
+    ("restricted", {"network": {"mode": "rdma"}}, None),  # no capability added: nothing to refuse
 ])
 def test_overrides_the_namespace_refuses_are_refused_at_kubectl_apply_naming_the_label(
         cluster: LocalCluster, scratch_ns: str, pod_security_policy: list[dict], level: str, spec: dict,
@@ -131,15 +135,20 @@ def test_overrides_the_namespace_refuses_are_refused_at_kubectl_apply_naming_the
     assert refusal in str(refused.value)
 
 
-def test_an_update_that_keeps_the_overrides_is_admitted_after_the_namespace_became_stricter(
+def test_an_update_is_judged_again_only_when_it_changes_the_overrides(
         cluster: LocalCluster, team_ns: str, pod_security_policy: list[dict]) -> None:
-    """The guardrails' suspend (and any edit that leaves spec.pods and spec.network alone) must not be refused
-    because the namespace's level was raised after the job was admitted."""
-    body = example("colocated-length", pods={"actor": {"hostNetwork": True}}, scheduling={"suspend": True})
-    apply_job(cluster, team_ns, body)
+    """The guardrails' suspend (and any edit that leaves spec.pods and spec.network alone) is not refused because the
+    namespace's level was raised after the job was admitted; an edit of the overrides is judged again."""
+    on_host = {"actor": {"hostNetwork": True}, "head": {"hostNetwork": True}}
+    apply_job(cluster, team_ns, example("colocated-length", pods=on_host, scheduling={"suspend": True}))
+    waiting = example("colocated-length", runtime="no-such-runtime")  # stays Invalid: its spec stays editable
+    waiting["metadata"]["name"] = "waiting"
+    apply_job(cluster, team_ns, waiting)
+    wait_object(cluster, "grpojobs", "waiting", team_ns, _ready_reason("RuntimeNotFound"), 60, "RuntimeNotFound")
     cluster.api.patch("namespaces", team_ns, None, {"metadata": {"labels": {ENFORCE: "baseline"}}})
     cluster.api.patch("grpojobs", COLOCATED, team_ns, {"spec": {"scheduling": {"suspend": False}}})
     assert get(cluster, "grpojob", COLOCATED, "-n", team_ns)["spec"]["scheduling"]["suspend"] is False
-    with pytest.raises(ApiError) as refused:  # changing the overrides is judged again
-        cluster.api.patch("grpojobs", COLOCATED, team_ns, {"spec": {"pods": {"head": {"hostNetwork": True}}}})
-    assert "pod-security.kubernetes.io/enforce=privileged" in str(refused.value)
+    with pytest.raises(ApiError) as refused:
+        cluster.api.patch("grpojobs", "waiting", team_ns, {"spec": {"pods": on_host}})
+    assert "cannot run in namespace" in str(refused.value)
+    assert f"{ENFORCE}=privileged" in str(refused.value)

@@ -28,7 +28,7 @@ from grpo_operator.api.pods import EnvVar
 # Paths and volume names the operator mounts itself (docs/config-contract.md, "Mount points"; render/common.py's
 # Volumes): an override may not shadow them. /dev/shm is ours too: its size is the `shmSize` field.
 RESERVED_MOUNT_PATHS = ("/checkpoints", "/models", "/reward-models", "/data", "/resume-from", "/etc/grpo",
-                        "/dev/shm")
+                        "/export", "/dev/shm")
 RESERVED_VOLUME_NAMES = ("config", "models", "reward-models", "data", "checkpoints", "resume-from",
                          "reward-function", "dshm", "export-target")
 # Resources a role already asks for through its own fields.
@@ -88,7 +88,15 @@ class ExtraVolume(ApiModel):
                 f"!({_cel_list(RESERVED_MOUNT_PATHS)}.exists(p, self.mountPath == p || "
                 "self.mountPath.startsWith(p + '/')))",
                 "mountPath is one of the operator's own mount points (/checkpoints, /models, /reward-models, "
-                "/data, /resume-from, /etc/grpo, /dev/shm); mount the volume elsewhere (for /dev/shm set shmSize)",
+                "/data, /resume-from, /etc/grpo, /export, /dev/shm); mount the volume elsewhere (for /dev/shm set "
+                "shmSize)",
+            ),
+            cel(
+                # The container runtime cleans a path before it mounts it: /./checkpoints would hide ours.
+                "!self.mountPath.contains('//') && !self.mountPath.contains('/./') && "
+                "!self.mountPath.contains('/../') && !self.mountPath.endsWith('/') && "
+                "!self.mountPath.endsWith('/.') && !self.mountPath.endsWith('/..')",
+                "mountPath must be a clean absolute path: no //, /./ or /../ and no trailing /, /. or /..",
             ),
             cel(
                 f"!({_cel_list(RESERVED_VOLUME_NAMES)}.exists(n, self.name == n))",
@@ -112,6 +120,24 @@ class ExtraVolume(ApiModel):
 class NodeSelectorRequirement(ApiModel):
     """One required node-affinity expression (core/v1 NodeSelectorRequirement)."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(self.operator in ['In', 'NotIn']) || (has(self.values) && self.values.size() > 0)",
+                "nodeAffinity: In and NotIn need at least one value in values",
+            ),
+            cel(
+                "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || self.values.size() == 0",
+                "nodeAffinity: Exists and DoesNotExist take no values; remove values",
+            ),
+            cel(
+                "!(self.operator in ['Gt', 'Lt']) || (has(self.values) && self.values.size() == 1 && "
+                "self.values[0].matches('^-?[0-9]+$'))",
+                "nodeAffinity: Gt and Lt need exactly one integer in values",
+            ),
+        )
+    )
+
     key: Annotated[str, Field(min_length=1, max_length=NAME_MAX)] = Field(description="Node label key.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(description="How to compare.")
     values: list[Annotated[str, Field(max_length=LABEL_VALUE_MAX)]] | None = Field(
@@ -121,6 +147,19 @@ class NodeSelectorRequirement(ApiModel):
 
 Capability = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Z][A-Z_]*$")]
 ResourceName = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
+# A device plugin's resource: never one of the amounts the operator sets itself.
+DeviceResourceName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=NAME_MAX,
+        json_schema_extra=validations(
+            cel(f"!(self in {_cel_list(OWN_RESOURCES)})",
+                "resourceName must be the device plugin's resource, not cpu, memory, ephemeral-storage or "
+                "nvidia.com/gpu (the operator sets those)")
+        ),
+    ),
+]
 
 
 class PodOverride(ApiModel):
@@ -133,6 +172,11 @@ class PodOverride(ApiModel):
                 f"!has(self.resources) || !self.resources.exists(r, r in {_cel_list(OWN_RESOURCES)})",
                 "pods.<role>.resources holds extra resources (RDMA devices, hugepages); CPU, memory and GPUs "
                 "come from placement.roles.<role> (gpus, resources) and placement.head.resources",
+            ),
+            cel(
+                "!has(self.volumes) || self.volumes.all(v, self.volumes.filter(w, w.name == v.name || "
+                "w.mountPath == v.mountPath).size() == 1)",
+                "pods.<role>.volumes: each name and each mountPath may appear once",
             ),
             cel(
                 "!has(self.env) || !self.env.exists(e, e.name.startsWith('GRPO_') || e.name.startsWith('RAY_'))",
@@ -179,8 +223,11 @@ class PodOverride(ApiModel):
     capabilities: list[Capability] | None = Field(
         default=None,
         max_length=8,
-        description="Linux capabilities added to the container (all others stay dropped), e.g. IPC_LOCK for RDMA "
-        "memory registration. Only NET_BIND_SERVICE passes the restricted Pod Security Standard.",
+        description="Linux capabilities added to the container (all others stay dropped). The trainer runs as uid "
+        "1000, and a non-root process gets no ambient capabilities from the container runtime: a capability "
+        "reaches only a binary of your image that carries it as a file capability (setcap), so asking for one "
+        "also allows privilege escalation, which the restricted Pod Security Standard refuses (baseline admits "
+        "the runtime's default set, privileged the rest).",
     )
 
 
@@ -214,7 +261,7 @@ class PodOverrides(ApiModel):
 class RdmaNetwork(ApiModel):
     """InfiniBand or RoCE through an RDMA device plugin (and usually Multus for the secondary interfaces)."""
 
-    resource_name: ResourceName = Field(
+    resource_name: DeviceResourceName = Field(
         default="rdma/ib",
         description="The extended resource the RDMA device plugin advertises, e.g. rdma/ib, "
         "rdma/rdma_shared_device_a or nvidia.com/hostdev.",
@@ -240,7 +287,7 @@ class RdmaNetwork(ApiModel):
 class EfaNetwork(ApiModel):
     """AWS Elastic Fabric Adapter through the EFA device plugin; the image needs libfabric and aws-ofi-nccl."""
 
-    resource_name: ResourceName = Field(
+    resource_name: DeviceResourceName = Field(
         default="vpc.amazonaws.com/efa", description="The extended resource the EFA device plugin advertises."
     )
     devices_per_pod: int = Field(

@@ -176,6 +176,7 @@ class AppliedRuntimeStatus(StatusModel):
     """The runtime a job took at its creation, as it was then: the job keeps it when the runtime is edited."""
 
     name: str = Field(description="The GRPORuntime.")
+    uid: str | None = Field(default=None, description="Its metadata.uid (a runtime re-created under the name differs).")
     generation: int | None = Field(default=None, description="Its metadata.generation when the job took it.")
     spec: dict[str, Any] = Field(
         default_factory=dict,

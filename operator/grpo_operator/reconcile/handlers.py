@@ -56,7 +56,7 @@ from grpo_operator.render.preflight_job import COMPONENT as PREFLIGHT_COMPONENT
 from grpo_operator.render.preflight_job import rendered_digest
 from grpo_operator.runtime import events, kube, priority
 from grpo_operator.runtime.lookups import SharedLookups, always
-from grpo_operator.runtimes import RuntimeProblem, recorded_monitoring
+from grpo_operator.runtimes import RUNTIME_STATUS, RuntimeProblem, recorded_monitoring
 
 GROUP, VERSION, PLURAL = kube.GROUP, kube.VERSION, kube.PLURAL
 log = logging.getLogger("grpo_operator")
@@ -227,7 +227,7 @@ async def create(job: dict) -> None:
             job_spec, job_plan = parse(job)
         except RuntimeProblem as exc:
             result = "waiting"
-            await refuse(job, exc.reason, exc.message)
+            await refuse(job, exc.reason, exc.message, {RUNTIME_STATUS: None})  # it took none this time
             _retry_later(namespace, name, SETTINGS.dependency_retry_seconds)
             return
         except ValidationError as exc:

@@ -72,11 +72,14 @@ class _RuntimeWatch(ChildWatch):
         try:
             await super().relist()
         except kube.ApiError as exc:
-            if exc.status in (403, 404) and self.cache is not None and not self.cache.crd_missing:
+            # Only a refusal that says there are none for us (no CRD, no right to list) counts as a list: after a
+            # 5xx or 429 the jobs wait (RuntimesNotListed) rather than miss their default runtime for good.
+            if exc.status in (403, 404) and self.cache is not None:
+                if not self.cache.crd_missing:
+                    log.warning("GRPORuntimes cannot be listed (%s: the CRD crds/grporuntime.yaml not installed, "
+                                "or rbac.runtimes off): jobs take no runtime", exc.status)
                 self.cache.crd_missing = True
-                log.warning("GRPORuntimes cannot be listed (%s: the CRD crds/grporuntime.yaml not installed, or "
-                            "rbac.runtimes off): jobs take no runtime", exc.status)
-            if self.cache is not None:
+                self.cache.by_name.clear()
                 self.cache.listed.set()
             raise
         if self.cache is not None:
@@ -95,13 +98,14 @@ def watch_runtimes(server_timeout: int, cache: RuntimeCache = RUNTIMES) -> async
     return asyncio.get_running_loop().create_task(run(), name="GRPORuntime watch")
 
 
-async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES) -> dict[str, Any]:
+async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES,
+                       first_list_seconds: float = FIRST_LIST_SECONDS) -> dict[str, Any]:
     """The job with status.runtime set to the runtime it takes now (removed when it takes none), in memory: the
     first status write records it. Raises RuntimeProblem when the runtime cannot be chosen.
 
     Called only while nothing has trained (creation, an edit before the RayJob, a retry of a waiting job): from
     then on the job keeps what it took."""
-    await cache.ready()
+    await cache.ready(first_list_seconds)
     spec = job.get("spec") or {}
     runtime = choose_runtime(spec.get("runtime"), cache.by_name)
     status = dict(job.get("status") or {})
@@ -139,8 +143,11 @@ def describe(job: dict[str, Any]) -> str:
 async def pod_security_problem(namespace: str, spec: GRPOJobSpec, plan: Plan) -> str | None:
     """Why the namespace's Pod Security level would refuse the job's pods, or None. Reads the namespace only when
     an override asks for more than restricted (most jobs never do)."""
-    shapes = {"head": plan.head, "converter": plan.export_pod, "preflight": plan.preflight_pod or plan.head,
-              **{g.role: g.pod for g in plan.groups}}
+    shapes = {"head": plan.head, **{g.role: g.pod for g in plan.groups}}
+    if plan.exports:  # a pod the job never creates is nobody's business
+        shapes["converter"] = plan.export_pod
+    if spec.preflight.enabled:
+        shapes["preflight"] = plan.preflight_pod or plan.head
     wanted = [ask for role, shape in shapes.items() for ask in asks(role, shape.override)]
     if not wanted:
         return None
@@ -148,6 +155,4 @@ async def pod_security_problem(namespace: str, spec: GRPOJobSpec, plan: Plan) ->
     refusals = refused(level, wanted)
     if not refusals:
         return None
-    network = (spec.network is not None and spec.network.mode == "rdma"
-               and any("capabilities" in r.field for r in refusals))
-    return refusal_message(namespace, level, refusals, network)
+    return refusal_message(namespace, level, refusals)

@@ -41,7 +41,10 @@ def apply_override(template: dict[str, Any], override: PodOverride | None) -> di
     if override.resources:
         resources = container.setdefault("resources", {})
         for side in ("requests", "limits"):  # extended resources: requests must equal limits
-            resources.setdefault(side, {}).update({k: str(v) for k, v in override.resources.items()})
+            amounts = resources.setdefault(side, {})
+            # Never the amounts the operator set (CPU, memory, GPUs: the CRD refuses them in an override; this
+            # holds for a spec written around it too).
+            amounts.update({k: str(v) for k, v in override.resources.items() if k not in amounts})
     if override.env:
         names = {e.name for e in override.env}
         container["env"] = [e for e in container.get("env", []) if e.get("name") not in names]
@@ -63,6 +66,11 @@ def apply_override(template: dict[str, Any], override: PodOverride | None) -> di
         # (the Ray head's).
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
     if override.capabilities:
-        capabilities = container.setdefault("securityContext", {}).setdefault("capabilities", {})
-        capabilities["add"] = list(override.capabilities)
+        context = container.setdefault("securityContext", {})
+        context.setdefault("capabilities", {})["add"] = list(override.capabilities)
+        # The trainer runs as uid 1000, and a non-root process gets no ambient capabilities from the container
+        # runtime: a capability reaches only a binary with file capabilities (setcap), which no_new_privs (what
+        # allowPrivilegeEscalation: false sets) would void. So asking for one lifts that, and restricted no longer
+        # admits the pod (pod_security.py).
+        context["allowPrivilegeEscalation"] = True
     return template

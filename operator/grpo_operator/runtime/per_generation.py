@@ -26,7 +26,7 @@ class PerGeneration(Generic[T]):
         # its first status write recorded the runtime means something else.
         taken = (job.get("status") or {}).get("runtime") or {}
         key = (meta["namespace"], meta["name"], meta.get("uid", ""), int(meta.get("generation") or 0),
-               taken.get("name", ""), int(taken.get("generation") or 0))
+               str(taken.get("uid") or taken.get("name", "")), int(taken.get("generation") or 0))
         if key in self._known:
             return self._known[key]
         found = self._derive(job)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from grpo_operator.api import GRPOJobSpec
+from grpo_operator.api import GRPOJobSpec, PodOverride
 from grpo_operator.network import MULTUS_NETWORKS
 from grpo_operator.plan import Plan, PlanError
 from grpo_operator.pod_security import ENFORCE_LABEL, asks, enforced_level, refusal_message, refused
@@ -41,7 +41,7 @@ def test_an_actor_override_reaches_the_actor_pods_and_no_other() -> None:
         raw["pods"] = {"actor": {
             "resources": {"example.com/rdma": 2}, "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
             "volumes": [CACHE], "shmSize": "64Gi", "labels": {"team": "ml", "grpo.dev/role": "mine"},
-            "annotations": {"example.com/note": "x"}, "capabilities": ["IPC_LOCK"], "hostNetwork": True,
+            "annotations": {"example.com/note": "x"}, "capabilities": ["IPC_LOCK"],
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "grpo", "effect": "NoSchedule"}],
             "nodeAffinity": [{"key": "example.com/fabric", "operator": "In", "values": ["ib"]}],
         }}
@@ -60,14 +60,14 @@ def test_an_actor_override_reaches_the_actor_pods_and_no_other() -> None:
     assert actor["metadata"]["labels"]["grpo.dev/role"] == "actor"  # ours win
     assert actor["metadata"]["annotations"]["example.com/note"] == "x"
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
-    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    assert container["securityContext"]["allowPrivilegeEscalation"] is True  # a setcap binary's file capability
     assert {"key": "dedicated", "operator": "Equal", "value": "grpo", "effect": "NoSchedule"} in pod["tolerations"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms and all({"key": "example.com/fabric", "operator": "In", "values": ["ib"]}
                           in t["matchExpressions"] for t in terms)  # with the driver floor's, in every term
     for other in ("rollout", "reward", "head", "preflight", "converter"):
         spec = templates[other]["spec"]
-        assert "hostNetwork" not in spec and "model-cache" not in str(spec) and "IPC_LOCK" not in str(spec)
+        assert "model-cache" not in str(spec) and "IPC_LOCK" not in str(spec) and "example.com/rdma" not in str(spec)
 
 
 def test_preflight_and_converter_overrides_reach_their_pods() -> None:
@@ -81,7 +81,7 @@ def test_preflight_and_converter_overrides_reach_their_pods() -> None:
     assert {"name": "model-cache", "emptyDir": {}} in templates["converter"]["spec"]["volumes"]
 
 
-def test_rdma_renders_devices_nccl_env_ipc_lock_and_multus_on_every_gpu_role_only() -> None:
+def test_rdma_renders_devices_nccl_env_and_multus_on_every_gpu_role_only() -> None:
     def edit(raw: dict[str, Any]) -> None:
         raw["network"] = {"mode": "rdma", "socketInterface": "net1",
                           "rdma": {"resourceName": "rdma/ib", "devicesPerPod": 4, "hcas": ["mlx5_0", "mlx5_1"],
@@ -93,7 +93,8 @@ def test_rdma_renders_devices_nccl_env_ipc_lock_and_multus_on_every_gpu_role_onl
         template = templates[role]
         container = template["spec"]["containers"][0]
         assert container["resources"]["limits"]["rdma/ib"] == "4"
-        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        # No IPC_LOCK: a non-root process gets no ambient capabilities; it would only force a privileged namespace.
+        assert "add" not in container["securityContext"]["capabilities"]
         assert template["metadata"]["annotations"][MULTUS_NETWORKS] == "ib-a,ib-b"
         env = _env(template)
         assert (env["NCCL_IB_DISABLE"], env["NCCL_IB_GID_INDEX"], env["NCCL_SOCKET_IFNAME"]) == ("0", "3", "net1")
@@ -135,18 +136,52 @@ def test_the_capacity_check_counts_extended_resources_the_overrides_ask_for() ->
 
 
 def test_hostnetwork_hostpath_and_capabilities_need_the_level_that_admits_them() -> None:
-    _, plan = _job(lambda raw: raw.update(pods={"actor": {"hostNetwork": True, "volumes": [CACHE],
-                                                             "capabilities": ["IPC_LOCK"]},
-                                                   "head": {"capabilities": ["NET_BIND_SERVICE", "CHOWN"]}}))
-    wanted = asks("actor", plan.actor.pod.override) + asks("head", plan.head.override)
+    actor = PodOverride.model_validate({"hostNetwork": True, "volumes": [CACHE], "capabilities": ["IPC_LOCK"]})
+    head = PodOverride.model_validate({"capabilities": ["NET_BIND_SERVICE", "CHOWN"]})
+    wanted = asks("actor", actor) + asks("head", head)
     assert [(r.field, r.needs) for r in wanted] == [
         ("pods.actor.hostNetwork", "privileged"), ("pods.actor.volumes[model-cache].hostPath", "privileged"),
-        ("pods.actor.capabilities (IPC_LOCK)", "privileged"), ("pods.head.capabilities (CHOWN)", "baseline")]
+        ("pods.actor.capabilities (IPC_LOCK)", "privileged"),
+        ("pods.head.capabilities (CHOWN, NET_BIND_SERVICE)", "baseline")]
     assert refused("privileged", wanted) == []
     assert [r.field for r in refused("baseline", wanted)] == [r.field for r in wanted[:3]]
     assert refused("restricted", wanted) == wanted
     assert refused("no-such-level", wanted) == wanted  # read as restricted
     assert enforced_level({}) == "privileged" and enforced_level({ENFORCE_LABEL: "baseline"}) == "baseline"
-    message = refusal_message("team-a", "restricted", wanted, network=False)
+    message = refusal_message("team-a", "restricted", wanted)
     assert "spec.pods.actor.hostNetwork" in message and f"{ENFORCE_LABEL}=restricted" in message
     assert f"kubectl label namespace team-a --overwrite {ENFORCE_LABEL}=privileged" in message
+
+
+def test_host_network_is_all_the_ray_pods_or_none_and_renders_cluster_dns() -> None:
+    everywhere = {role: {"hostNetwork": True} for role in ("head", "actor", "rollout", "reward")}
+    templates = _templates(*_job(lambda raw: raw.update(pods=everywhere)))
+    for role in ("head", "actor", "rollout", "reward"):
+        assert (templates[role]["spec"]["hostNetwork"], templates[role]["spec"]["dnsPolicy"]) == (
+            True, "ClusterFirstWithHostNet")
+    for role in ("preflight", "converter"):
+        assert "hostNetwork" not in templates[role]["spec"]
+    with pytest.raises(PlanError, match=r"spec\.pods: hostNetwork is set for actor but not for head, rollout, reward"):
+        _job(lambda raw: raw.update(pods={"actor": {"hostNetwork": True}}))
+
+
+def test_a_runtimes_volume_and_the_jobs_at_one_path_are_refused_naming_both() -> None:
+    from grpo_operator.api import GRPORuntimeSpec
+    from grpo_operator.runtimes import apply_runtime
+    runtime = GRPORuntimeSpec.model_validate({"pods": {"actor": {"volumes": [
+        {"name": "cache", "mountPath": "/cache", "emptyDir": {}}]}}})
+    spec = spec_with(example_body("reference-disaggregated"), lambda raw: raw.update(pods={"actor": {"volumes": [
+        {"name": "scratch", "mountPath": "/cache", "emptyDir": {}}]}}))
+    with pytest.raises(PlanError, match=r"spec\.pods\.actor\.volumes: cache and scratch both mount /cache"):
+        plan_of(apply_runtime(spec, runtime)[0])
+
+
+def test_the_jobs_own_env_wins_over_what_the_network_renders_and_our_amounts_are_never_overwritten() -> None:
+    def edit(raw: dict[str, Any]) -> None:
+        raw["env"] = [{"name": "NCCL_SOCKET_IFNAME", "value": "eth9"}]
+        raw["network"] = {"mode": "efa", "socketInterface": "eth0",
+                          "efa": {"devicesPerPod": 1, "resourceName": "nvidia.com/gpu"}}  # around the CRD's rule
+
+    actor = _templates(*_job(edit))["actor"]
+    assert _env(actor)["NCCL_SOCKET_IFNAME"] == "eth9" and _env(actor)["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert actor["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
