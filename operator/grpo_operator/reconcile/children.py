@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_operator.api import GRPOJobSpec
+from grpo_operator.api import ExtraVolume, GRPOJobSpec, PodOverride, PodOverrides
 from grpo_operator.plan import Plan
 from grpo_operator.render import NetworkPeers, render_children
 
@@ -104,4 +104,22 @@ def missing_dependencies(
                     f"{function.key!r} (it has {sorted(keys)}); fix the key or the ConfigMap",
                 )
             )
+    for field, volume in override_volumes(spec):
+        if volume.persistent_volume_claim is not None:
+            need_claim(f"{field}.persistentVolumeClaim.claimName", volume.persistent_volume_claim.claim_name)
+        if volume.config_map is not None and configmaps.get(volume.config_map.name) is None:
+            name = volume.config_map.name
+            problems.append((f"{field}.configMap.name", "MissingConfigMap",
+                             f"spec.{field}.configMap.name: ConfigMap {name!r} does not exist in the namespace "
+                             "(a volume of the job's pod overrides, or of its GRPORuntime's); create it or fix the "
+                             "name, and the job starts on its own"))
     return problems
+
+
+def override_volumes(spec: GRPOJobSpec) -> list[tuple[str, ExtraVolume]]:
+    """(spec path, volume) of every volume the effective spec's pod overrides mount."""
+    if spec.pods is None:
+        return []
+    return [(f"pods.{role}.volumes[{volume.name}]", volume)
+            for role in PodOverrides.model_fields
+            for volume in (getattr(spec.pods, role) or PodOverride()).volumes or ()]

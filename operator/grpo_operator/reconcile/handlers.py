@@ -34,7 +34,7 @@ from grpo_operator.reconcile.capacity import (
     selector_string,
     unchecked_driver_pools,
 )
-from grpo_operator.reconcile.children import Child, missing_dependencies, training_children
+from grpo_operator.reconcile.children import Child, missing_dependencies, override_volumes, training_children
 from grpo_operator.reconcile.common import (
     SETTINGS,
     create_children,
@@ -500,12 +500,15 @@ async def _missing(
     named = sorted(_claims_named(spec))
     function = spec.reward.function
     cm = function.config_map_name if function is not None else None
-    found, keys = await asyncio.gather(
+    mounted = sorted({v.config_map.name for _, v in override_volumes(spec) if v.config_map is not None} - {cm})
+    found, keys, mounted_keys = await asyncio.gather(
         asyncio.gather(*(_claim(namespace, c) for c in named)),
         _configmap_keys(namespace, cm, function.key) if function is not None and cm else _nothing(),
+        asyncio.gather(*(_configmap_keys(namespace, name, "") for name in mounted)),
     )
     claims = {c: facts for c, facts in zip(named, found, strict=True) if facts is not None}
     configmaps: dict[str, set[str] | None] = {cm: keys} if cm else {}
+    configmaps.update(zip(mounted, mounted_keys, strict=True))
     return missing_dependencies(spec, job_plan, set(claims), configmaps), claims
 
 
@@ -524,8 +527,11 @@ async def _claim(namespace: str, claim: str) -> kube.ClaimFacts | None:
 
 
 async def _configmap_keys(namespace: str, name: str, needed: str) -> set[str] | None:
+    """The ConfigMap's keys (None: absent); `needed`: the key whose presence makes the answer worth keeping ("": any
+    answer of an existing ConfigMap)."""
     return await _CONFIGMAP_KEYS.lookup(
-        (namespace, name, needed), lambda: kube.configmap_keys(namespace, name), keep=lambda k: bool(k and needed in k)
+        (namespace, name, needed), lambda: kube.configmap_keys(namespace, name),
+        keep=lambda k: k is not None and (not needed or needed in k),
     )
 
 
@@ -547,6 +553,7 @@ def _claims_named(spec: GRPOJobSpec) -> set[str]:
         named.add(spec.export.target.claim_name)
     if spec.checkpoints.resume_from is not None:
         named.add(spec.checkpoints.resume_from.claim_name)
+    named |= {v.persistent_volume_claim.claim_name for _, v in override_volumes(spec) if v.persistent_volume_claim}
     return {c for c in named if c}
 
 

@@ -185,3 +185,17 @@ def test_the_jobs_own_env_wins_over_what_the_network_renders_and_our_amounts_are
     actor = _templates(*_job(edit))["actor"]
     assert _env(actor)["NCCL_SOCKET_IFNAME"] == "eth9" and _env(actor)["GLOO_SOCKET_IFNAME"] == "eth0"
     assert actor["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+
+
+def test_claims_and_configmaps_the_overrides_mount_are_dependencies_said_by_field() -> None:
+    from grpo_operator.reconcile.children import missing_dependencies
+    spec, plan = _job(lambda raw: raw.update(pods={
+        "actor": {"volumes": [{"name": "cache", "mountPath": "/cache", "persistentVolumeClaim": {"claimName": "mc"}}]},
+        "head": {"volumes": [{"name": "nccl", "mountPath": "/nccl", "configMap": {"name": "nccl-topo"}}]}}))
+    base = {"models", "datasets", "exports"}
+    problems = missing_dependencies(spec, plan, base, {})
+    assert [(field, reason) for field, reason, _ in problems] == [
+        ("pods.actor.volumes[cache].persistentVolumeClaim.claimName", "MissingPersistentVolumeClaim"),
+        ("pods.head.volumes[nccl].configMap.name", "MissingConfigMap")]
+    assert "ConfigMap 'nccl-topo' does not exist" in problems[1][2]
+    assert missing_dependencies(spec, plan, base | {"mc"}, {"nccl-topo": {"topo.xml"}}) == []
