@@ -58,8 +58,9 @@ class OperatorProcess:
         self.python = python  # another interpreter runs the operator with that one's packages (bench --as-image)
         self.args = args  # how it runs beside others: alone, or electing a leader (--leader-elect LEASE)
         self.log = log_dir / log_name
-        self.metrics_port = processes.free_ports(1)[0]
-        self.liveness_port = processes.free_ports(1)[0]
+        # One call: two separate ones may both get the port the kernel just handed out (and the operator's second
+        # server then fails with "Address already in use").
+        self.metrics_port, self.liveness_port = processes.free_ports(2)
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen | None = None
 

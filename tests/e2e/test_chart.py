@@ -334,24 +334,29 @@ def test_single_namespace_mode_reconciles_there_and_is_refused_elsewhere(
         chart_cluster: LocalCluster, release: Release, tmp_path: Path) -> None:
     namespace = team_namespace(chart_cluster, "team-scoped")
     scoped = install(chart_cluster, "scoped", "grpo-scoped", "watchNamespaces={team-scoped}")
-    # Cluster-wide it may only list nodes (the capacity condition, the GPUs' memory for the preflight).
-    # (The users' aggregated ClusterRoles are no rights of the operator's: left out.)
-    cluster_roles = get(chart_cluster, "clusterrole", "-l",
-                        "app.kubernetes.io/instance=scoped,app.kubernetes.io/component!=user-rbac")["items"]
-    assert [r["rules"] for r in cluster_roles] == [[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-                                                    {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"],
-                                                     "verbs": ["list"]}]]
-    assert can_i(chart_cluster, scoped, "list", "nodes")
-    assert not can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", "team-chart")
-    assert not can_i(chart_cluster, scoped, "list", "namespaces")
-    assert can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", namespace)
-    # The cluster-wide release must not reconcile this job too: only the scoped operator runs now.
-    with operator_as(chart_cluster, scoped, tmp_path) as operator:
-        apply_job(chart_cluster, namespace, example(EXAMPLE))
-        wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
-    assert forbidden_lines(operator.log) == []
-    helm(chart_cluster, "uninstall", "scoped", "-n", "grpo-scoped", "--wait")
-    chart_cluster.api.delete("namespaces", "grpo-scoped")
+    try:
+        # Cluster-wide it may only list nodes (the capacity condition, the GPUs' memory for the preflight) and read the
+        # GRPORuntimes and namespaces' labels (the defaults jobs take, their Pod Security level).
+        # (The users' aggregated ClusterRoles are no rights of the operator's: left out.)
+        cluster_roles = get(chart_cluster, "clusterrole", "-l",
+                            "app.kubernetes.io/instance=scoped,app.kubernetes.io/component!=user-rbac")["items"]
+        assert [r["rules"] for r in cluster_roles] == [
+            [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+             {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list"]}],
+            [{"apiGroups": ["grpo.dev"], "resources": ["grporuntimes"], "verbs": ["list", "watch"]},
+             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]]
+        assert can_i(chart_cluster, scoped, "list", "nodes")
+        assert not can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", "team-chart")
+        assert not can_i(chart_cluster, scoped, "list", "namespaces")
+        assert can_i(chart_cluster, scoped, "list", "grpojobs.grpo.dev", "-n", namespace)
+        # The cluster-wide release must not reconcile this job too: only the scoped operator runs now.
+        with operator_as(chart_cluster, scoped, tmp_path) as operator:
+            apply_job(chart_cluster, namespace, example(EXAMPLE))
+            wait_phase(chart_cluster, namespace, EXAMPLE_JOB, "Succeeded")
+        assert forbidden_lines(operator.log) == []
+    finally:  # its cluster-wide objects (the admission policy) must not outlive the test, failed or not
+        helm(chart_cluster, "uninstall", "scoped", "-n", "grpo-scoped", "--wait", check=False)
+        chart_cluster.api.delete("namespaces", "grpo-scoped")
 
 
 # --------------------------------------------------------------------------- Prometheus

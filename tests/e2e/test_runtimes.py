@@ -78,7 +78,8 @@ def test_an_override_the_namespaces_pod_security_level_refuses_is_said_before_an
 def pod_security_policy(cluster: LocalCluster) -> Iterator[list[dict]]:
     """The chart's ValidatingAdmissionPolicy and its binding (templates/admission-policy.yaml), as `helm install`
     renders them on a cluster that serves the API, applied to the session's cluster for this module."""
-    rendered = helm(cluster, "template", "grpo", str(CHART), "--namespace", "grpo-system",
+    # A release name of its own: the chart's installs later in the session (the real node's) make their own.
+    rendered = helm(cluster, "template", "policy-test", str(CHART), "--namespace", "grpo-system",
                     "--kube-version", KUBERNETES_VERSION, "--api-versions",
                     "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
                     "--show-only", "templates/admission-policy.yaml").stdout
@@ -98,8 +99,10 @@ def pod_security_policy(cluster: LocalCluster) -> Iterator[list[dict]]:
     wait_for("the admission policy in force", enforced, timeout=60, interval=0.5)
     yield objects
     delete_namespace(cluster, probe)
+    plurals = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+               "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
     for obj in objects:
-        cluster.api.delete(f"{obj['kind'].lower()}s", obj["metadata"]["name"])
+        cluster.api.delete(plurals[obj["kind"]], obj["metadata"]["name"], missing_ok=False)
 
 
 def _dry_run(cluster: LocalCluster, namespace: str, **spec: object) -> None:
