@@ -5,7 +5,9 @@ which the kubelet copies to allocatable), and a rehearsal job's spec.pods.actor 
 var and mounts a ConfigMap. While the actor's Ray pod runs, the test reads what the kubelet made of it: the
 variable and the file from inside the container (`kubectl exec`), the resource from the kubelet's own list of its
 pods and from the scheduler, which refuses a pod that asks for all four while the actor holds one. The rehearsal
-then passes. A job asking for five is refused by the operator's capacity check before any pod exists.
+then passes: the session's one passing rehearsal (its Ray cluster, verl's pools on their roles' pods, the
+checkpoint directory shared; test_rehearsal.py has the failing ones). A job asking for five is refused by the
+operator's capacity check before any pod exists.
 """
 
 from __future__ import annotations
@@ -134,8 +136,14 @@ def test_actor_pod_override_reaches_the_running_container_and_the_rehearsal_pass
     seen: dict[str, Any] = {}
     phases: list[str] = []
 
+    ray_pods: dict[str, dict[str, Any]] = {}
+
     def watched() -> bool:
-        """Every poll: the job's phase; once, while the actor's Ray pod runs, what the kubelet made of it."""
+        """Every poll: the job's phase and its Ray pods; once, while the actor's Ray pod runs, what the kubelet made
+        of it."""
+        ray_pods.update({p["metadata"]["name"]: p for p in items(real_node, "pods", "-n", namespace, "-l",
+                                                                  f"{JOB_LABEL}={name},ray.io/node-type")
+                         if p["spec"].get("nodeName")})
         current = (get(real_node, "grpojob", name, "-n", namespace).get("status") or {}).get("phase")
         if current and (not phases or phases[-1] != current):
             phases.append(current)
@@ -182,13 +190,25 @@ def test_actor_pod_override_reaches_the_running_container_and_the_rehearsal_pass
     assert scheduled["status"] == "False" and scheduled["reason"] == "Unschedulable", scheduled
     assert f"Insufficient {RESOURCE}" in scheduled["message"], scheduled
 
-    # The rehearsal passed, with the override in place.
+    # The rehearsal passed, with the override in place: the real Ray cluster formed, every pool ran on its role's pod.
+    # (This is the session's one passing rehearsal: test_rehearsal.py's failing ones need no second Ray cluster.)
     job = get(real_node, "grpojob", name, "-n", namespace)
-    assert "Running" in phases, phases
+    assert "Preflight" in phases and "Running" in phases, phases
     assert condition(job, "Rehearsal")["status"] == "True", job["status"]["conditions"]
     assert job["status"]["rehearsal"]["passed"] is True, job["status"]["rehearsal"]
     checks = {c["name"]: c for c in job["status"]["rehearsal"]["checks"]}
+    for check in ("ray.placement.global_pool", "ray.placement.rollout_pool_0", "checkpoints.shared",
+                  "reward.function", "model.config", "model.tokenizer"):
+        assert checks[check]["ok"], checks.get(check)
+    assert "ran on its role's pods" in checks["ray.placement.global_pool"]["message"]
     assert "(actor)" in checks["ray.placement.global_pool"]["message"], checks["ray.placement.global_pool"]
+    assert "(rollout)" in checks["ray.placement.rollout_pool_0"]["message"]
+    # the head and one worker per role, every one on the real node, from the trainer image
+    assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods.values()) == [
+        "head", "worker", "worker"], sorted(ray_pods)
+    assert {p["spec"]["nodeName"] for p in ray_pods.values()} == {node_config.NODE_NAME}
+    assert {c["image"] for p in ray_pods.values() for c in p["spec"]["containers"]} == {node_images.trainer}
+    assert not job["status"].get("export")  # nothing trained, nothing exported
 
 
 def test_more_of_the_resource_than_the_node_has_is_refused_before_any_pod(

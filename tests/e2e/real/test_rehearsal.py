@@ -8,7 +8,8 @@ placed on their roles' Ray nodes with a probe in every bundle, the checkpoint di
 and read by the driver. Its verdict becomes status.rehearsal and the Rehearsal condition.
 
 A broken reward function is caught by the preflight pod (real, on the real node) before any Ray pod exists;
-with the preflight off, the rehearsal in the Ray cluster catches it instead and the job fails.
+with the preflight off, the rehearsal in the Ray cluster catches it instead and the job fails. The passing
+rehearsal runs in test_pod_overrides.py, with the actor's pod overrides in place (one real Ray cluster, not two).
 """
 
 from __future__ import annotations
@@ -96,27 +97,8 @@ def _ray_pods(pods: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in pods.values() if "ray.io/node-type" in p["metadata"].get("labels", {})]
 
 
-def test_rehearsal_forms_the_ray_cluster_and_places_every_pool_on_its_roles_pod(
-        real_node: LocalCluster, node_images: NodeImages, rehearsal_namespace: str) -> None:
-    name = "rehearse-ok"
-    status, phases, pods = run_to(real_node, rehearsal_namespace, rehearsal_job(name, "good.py"), "Succeeded")
-    assert "Preflight" in phases and "Running" in phases, phases
-
-    assert _condition(status, "Rehearsal")["status"] == "True", status["conditions"]
-    assert status["rehearsal"]["passed"] is True
-    checks = {c["name"]: c for c in status["rehearsal"]["checks"]}
-    for check in ("ray.placement.global_pool", "ray.placement.rollout_pool_0", "checkpoints.shared",
-                  "reward.function", "model.config", "model.tokenizer"):
-        assert checks[check]["ok"], checks.get(check)
-    assert "ran on its role's pods" in checks["ray.placement.global_pool"]["message"]
-    assert "(actor)" in checks["ray.placement.global_pool"]["message"]
-    assert "(rollout)" in checks["ray.placement.rollout_pool_0"]["message"]
-    # the head and one worker per role, every one on the real node, from the trainer image
-    ray_pods = _ray_pods(pods)
-    assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods) == ["head", "worker", "worker"]
-    assert {p["spec"]["nodeName"] for p in ray_pods} == {node_config.NODE_NAME}
-    assert {c["image"] for p in ray_pods for c in p["spec"]["containers"]} == {node_images.trainer}
-    assert not status.get("export")  # nothing trained, nothing exported
+# The passing rehearsal (the Ray cluster formed, every pool on its role's pod, the checkpoint directory shared) is
+# test_pod_overrides.py's, which runs it with spec.pods.actor overrides in place: one real Ray cluster, not two.
 
 
 TOKEN_JOB, OPEN_JOB = "rehearse-broken", "rehearse-open"
