@@ -55,6 +55,13 @@ class GRPORuntimeSpec(ApiModel):
         description="StorageClass of a checkpoint PVC the operator creates (spec.checkpoints.volume."
         "storageClassName); not used for a job that names an existing claim.",
     )
+    shared_checkpoint_storage_class_name: Name | None = Field(
+        default=None,
+        description="StorageClass of a checkpoint PVC the operator creates ReadWriteMany: for a job whose "
+        "several actor pods write checkpoints from their own nodes (or that asks for ReadWriteMany), where block "
+        "storage (checkpointStorageClassName) would never bind. Empty: such jobs get checkpointStorageClassName "
+        "too.",
+    )
     env: list[EnvVar] | None = Field(
         default=None, max_length=64, description="Environment of every trainer container (spec.env; merged by name)."
     )

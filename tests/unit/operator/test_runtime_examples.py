@@ -114,7 +114,8 @@ def test_the_gke_job_takes_the_runtimes_pool_secret_and_network_and_keeps_its_ow
 
 def test_the_eks_job_gets_efa_devices_and_huge_pages_on_every_gpu_pod_and_a_shared_checkpoint_claim() -> None:
     spec, sources, job_plan = _effective("grpojob-on-eks-efa")
-    assert sources.overridden == ["checkpoints.volume.storageClassName"]  # efs-sc over the runtime's gp3
+    assert sources.overridden == []  # the runtime's shared class, not its gp3: the claim is ReadWriteMany
+    assert "checkpoints.volume.storageClassName" in sources.from_runtime
     assert [(g.role, g.gpus, g.replicas) for g in job_plan.groups] == [("actor", 8, 2), ("rollout", 8, 1)]
     pvc = render_checkpoint_pvc(spec, job_plan)
     assert pvc is not None and pvc["spec"]["storageClassName"] == "efs-sc"

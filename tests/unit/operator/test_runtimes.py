@@ -156,3 +156,20 @@ def test_a_job_keeps_the_runtime_as_it_took_it_when_the_runtime_changes_later() 
     assert effective_spec(recorded).image == "registry.example.com/trainer:v1"
     assert recorded_monitoring(recorded) == {"klGrowthFactor": 6}
     assert effective_spec(body).image is None  # no runtime taken: the job's own spec
+
+
+def test_a_job_whose_new_claim_is_shared_gets_the_runtimes_shared_storage_class() -> None:
+    rt = runtime(checkpointStorageClassName="standard-rwo", sharedCheckpointStorageClassName="filestore")
+    single, _ = apply_runtime(job(), rt)
+    assert single.checkpoints.volume.storage_class_name == "standard-rwo"
+
+    def two_actor_pods(raw: dict[str, Any]) -> None:
+        raw["placement"]["roles"]["actor"]["replicas"] = 2
+
+    shared, sources = apply_runtime(job(two_actor_pods), rt)
+    assert shared.checkpoints.volume.storage_class_name == "filestore"
+    assert sources.from_runtime == ["checkpoints.volume.storageClassName"]
+    asked = job(lambda raw: raw.setdefault("checkpoints", {}).update(volume={"accessModes": ["ReadWriteMany"]}))
+    assert apply_runtime(asked, rt)[0].checkpoints.volume.storage_class_name == "filestore"
+    without = runtime(checkpointStorageClassName="standard-rwo")
+    assert apply_runtime(job(two_actor_pods), without)[0].checkpoints.volume.storage_class_name == "standard-rwo"
