@@ -116,11 +116,26 @@ def merge_pod_override(base: PodOverride | None, top: PodOverride | None, source
     )
 
 
-def _merge_pods(runtime: PodOverrides | None, job: PodOverrides | None, sources: Sources) -> PodOverrides | None:
+def pods_of(spec: GRPOJobSpec) -> frozenset[str]:
+    """The spec.pods roles whose pods the job creates (the others' overrides are merged but never rendered)."""
+    placed = spec.placement.roles
+    roles = {"head", "actor"}
+    roles |= {"rollout"} if spec.placement.mode == "disaggregated" and placed.rollout is not None else set()
+    roles |= {"reward"} if placed.reward is not None else set()
+    roles |= {"preflight"} if spec.preflight.enabled else set()
+    roles |= {"converter"} if spec.export.enabled and not spec.rehearsal else set()
+    return frozenset(roles)
+
+
+def _merge_pods(runtime: PodOverrides | None, job: PodOverrides | None, sources: Sources,
+                created: frozenset[str]) -> PodOverrides | None:
     if runtime is None:
         return job
     job = job or PodOverrides()
-    roles = {role: merge_pod_override(getattr(runtime, role), getattr(job, role), sources, f"pods.{role}")
+    # Where a value went is said only for pods the job creates: a runtime's rollout override means nothing to a
+    # colocated job.
+    roles = {role: merge_pod_override(getattr(runtime, role), getattr(job, role),
+                                      sources if role in created else None, f"pods.{role}")
              for role in PodOverrides.model_fields}
     return PodOverrides(**roles)
 
@@ -184,7 +199,7 @@ def apply_runtime(job: GRPOJobSpec, runtime: GRPORuntimeSpec) -> tuple[GRPOJobSp
         "env": s.combined("env", job.env, runtime.env, by_key(runtime.env, job.env, lambda e: e.name)),
         "pod_metadata": _merge_pod_metadata(runtime.pod_metadata, job.pod_metadata, s),
         "monitoring": _merge_monitoring(runtime.monitoring, job.monitoring, s),
-        "pods": _merge_pods(runtime.pods, job.pods, s),
+        "pods": _merge_pods(runtime.pods, job.pods, s, pods_of(job)),
         "network": network,
         "scheduling": scheduling,
         "checkpoints": checkpoints,

@@ -173,3 +173,9 @@ def test_a_job_whose_new_claim_is_shared_gets_the_runtimes_shared_storage_class(
     assert apply_runtime(asked, rt)[0].checkpoints.volume.storage_class_name == "filestore"
     without = runtime(checkpointStorageClassName="standard-rwo")
     assert apply_runtime(job(two_actor_pods), without)[0].checkpoints.volume.storage_class_name == "standard-rwo"
+
+
+def test_only_the_pods_a_job_creates_are_said_to_come_from_the_runtime() -> None:
+    rt = runtime(pods={role: {"labels": {"team": "ml"}} for role in ("actor", "rollout", "reward", "converter")})
+    _, sources = apply_runtime(job(), rt)  # colocated, a length reward, no export
+    assert sources.from_runtime == ["pods.actor"]
