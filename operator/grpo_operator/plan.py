@@ -28,9 +28,10 @@ from grpo_operator.api import (
     RoleSpec,
     Toleration,
 )
+from grpo_operator.checkpoint_claim import READ_WRITE_MANY, READ_WRITE_ONCE_POD, new_claim_access_modes
 from grpo_operator.network import NCCL_ROLES, network_override
 from grpo_operator.node_rules import DEFAULT_DRIVER_FLOOR, driver_terms, with_gpu_toleration, with_required
-from grpo_operator.runtimes import merge_pod_override
+from grpo_operator.runtimes import merge_pod_override, pods_of
 
 Role = Literal["actor", "rollout", "reward"]
 ROLES: tuple[Role, ...] = ("actor", "rollout", "reward")
@@ -360,10 +361,8 @@ def _check_host_network(spec: GRPOJobSpec) -> None:
     pods = spec.pods
     if pods is None:
         return
-    placed = spec.placement.roles
-    roles = ["head", "actor"]
-    roles += ["rollout"] if spec.placement.mode == "disaggregated" and placed.rollout is not None else []
-    roles += ["reward"] if placed.reward is not None else []
+    created = pods_of(spec)
+    roles = [r for r in ("head", "actor", "rollout", "reward") if r in created]
     on_host = [r for r in roles if (getattr(pods, r) or PodOverride()).host_network]
     if on_host and len(on_host) != len(roles):
         off = [r for r in roles if r not in on_host]
@@ -637,11 +636,6 @@ def parse_spec(raw: Mapping[str, Any]) -> GRPOJobSpec:
 
 # --------------------------------------------------------------------------- checkpoints
 
-READ_WRITE_ONCE = "ReadWriteOnce"
-READ_WRITE_MANY = "ReadWriteMany"
-READ_WRITE_ONCE_POD = "ReadWriteOncePod"
-
-
 def checkpoint_sub_path(namespace: str, name: str) -> str:
     """A job's own directory of its checkpoint claim: jobs sharing a claim never see each other's steps."""
     return f"{namespace}/{name}"
@@ -675,11 +669,9 @@ def _writers_share_node(field: str, modes: Sequence[str], actor: WorkerGroup, cl
 def _checkpoint_storage(spec: GRPOJobSpec, actor: WorkerGroup, claim: str) -> tuple[tuple[str, ...], bool]:
     """(access modes of a new PVC, writers share a node); an existing claim is judged once read
     (`with_checkpoint_claim`)."""
-    volume = spec.checkpoints.volume
-    if volume.claim_name is not None:
+    if spec.checkpoints.volume.claim_name is not None:
         return (), False
-    default = READ_WRITE_ONCE if actor.replicas == 1 else READ_WRITE_MANY
-    modes = tuple(volume.access_modes or (default,))
+    modes = new_claim_access_modes(spec)
     return modes, _writers_share_node("checkpoints.volume.accessModes", modes, actor, f"the new PVC {claim}")
 
 

@@ -20,6 +20,7 @@ from grpo_operator.api import (
 )
 from grpo_operator.api.job import GRPOJobSpec
 from grpo_operator.api.runtime import GRPORuntimeSpec
+from grpo_operator.checkpoint_claim import READ_WRITE_MANY, new_claim_access_modes
 
 T = TypeVar("T")
 
@@ -160,16 +161,6 @@ def _merge_monitoring(runtime: MonitoringSpec | None, job: MonitoringSpec, sourc
     return MonitoringSpec(**values)
 
 
-def new_claim_is_shared(job: GRPOJobSpec) -> bool:
-    """Whether the checkpoint PVC the operator creates for the job is ReadWriteMany (plan.py's rule: asked for, or by
-    default with more than one actor pod)."""
-    modes = job.checkpoints.volume.access_modes
-    if modes:
-        return "ReadWriteMany" in modes
-    actor = job.placement.roles.actor
-    return actor is not None and actor.replicas > 1
-
-
 def apply_runtime(job: GRPOJobSpec, runtime: GRPORuntimeSpec) -> tuple[GRPOJobSpec, Sources]:
     """The job's effective spec under `runtime`, and where each runtime-given value went."""
     s = Sources()
@@ -182,7 +173,8 @@ def apply_runtime(job: GRPOJobSpec, runtime: GRPORuntimeSpec) -> tuple[GRPOJobSp
     volume = checkpoints.volume
     if volume.claim_name is None:  # a class means nothing to a claim that exists already
         runtime_class = runtime.checkpoint_storage_class_name
-        if runtime.shared_checkpoint_storage_class_name is not None and new_claim_is_shared(job):
+        if runtime.shared_checkpoint_storage_class_name is not None and \
+                READ_WRITE_MANY in new_claim_access_modes(job):
             runtime_class = runtime.shared_checkpoint_storage_class_name
         storage_class = s.scalar("checkpoints.volume.storageClassName", volume.storage_class_name, runtime_class)
         checkpoints = checkpoints.model_copy(

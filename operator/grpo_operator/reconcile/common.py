@@ -23,10 +23,15 @@ SETTINGS = OperatorSettings.from_env()
 
 def parse(job: dict) -> tuple[GRPOJobSpec, Plan]:
     """The job's effective spec (its own fields over the GRPORuntime it took, status.runtime) and its plan."""
-    meta = job["metadata"]
     job_spec = effective_spec(job)
-    return job_spec, plan(job_spec, name=meta["name"], namespace=meta["namespace"],
-                          default_image=SETTINGS.default_trainer_image, driver_floor=SETTINGS.driver_floor)
+    return job_spec, plan_of(job, job_spec)
+
+
+def plan_of(job: dict, job_spec: GRPOJobSpec) -> Plan:
+    """The plan of the job whose effective spec is `job_spec`."""
+    meta = job["metadata"]
+    return plan(job_spec, name=meta["name"], namespace=meta["namespace"],
+                default_image=SETTINGS.default_trainer_image, driver_floor=SETTINGS.driver_floor)
 
 
 def validation_message(exc: ValidationError) -> str:

@@ -38,7 +38,7 @@ from grpo_operator.reconcile.children import Child, missing_dependencies, overri
 from grpo_operator.reconcile.common import (
     SETTINGS,
     create_children,
-    parse,
+    plan_of,
     refuse,
     validation_message,
     write_status,
@@ -223,8 +223,8 @@ async def create(job: dict) -> None:
     created: list[tuple[str, str]] = []  # (kind, name) of each child this call created
     try:
         try:
-            job = await runtimes.take_runtime(job)
-            job_spec, job_plan = parse(job)
+            job, job_spec = await runtimes.take_runtime(job)  # its spec parsed and merged once
+            job_plan = plan_of(job, job_spec)
         except RuntimeProblem as exc:
             result = "waiting"
             await refuse(job, exc.reason, exc.message, {RUNTIME_STATUS: None})  # it took none this time

@@ -23,6 +23,7 @@ from grpo_operator.runtimes import (
     RuntimeProblem,
     apply_runtime,
     choose_runtime,
+    pods_of,
     runtime_status,
 )
 
@@ -99,9 +100,10 @@ def watch_runtimes(server_timeout: int, cache: RuntimeCache = RUNTIMES) -> async
 
 
 async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES,
-                       first_list_seconds: float = FIRST_LIST_SECONDS) -> dict[str, Any]:
+                       first_list_seconds: float = FIRST_LIST_SECONDS) -> tuple[dict[str, Any], GRPOJobSpec]:
     """The job with status.runtime set to the runtime it takes now (removed when it takes none), in memory: the
-    first status write records it. Raises RuntimeProblem when the runtime cannot be chosen.
+    first status write records it; and its effective spec under that runtime. Raises RuntimeProblem when the
+    runtime cannot be chosen, pydantic's ValidationError when the job's spec does not parse.
 
     Called only while nothing has trained (creation, an edit before the RayJob, a retry of a waiting job): from
     then on the job keeps what it took."""
@@ -109,6 +111,7 @@ async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES,
     spec = job.get("spec") or {}
     runtime = choose_runtime(spec.get("runtime"), cache.by_name)
     status = dict(job.get("status") or {})
+    job_spec = GRPOJobSpec.model_validate(spec)
     if runtime is None:
         status[RUNTIME_STATUS] = None
     else:
@@ -120,9 +123,9 @@ async def take_runtime(job: dict[str, Any], cache: RuntimeCache = RUNTIMES,
             where = ".".join(str(p) for p in first["loc"])
             raise RuntimeProblem(INVALID_RUNTIME_REASON, f"GRPORuntime {name}: spec.{where}: {first['msg']}; the "
                                  "runtime must be corrected before jobs can take it") from exc
-        _, sources = apply_runtime(GRPOJobSpec.model_validate(spec), runtime_spec)
+        job_spec, sources = apply_runtime(job_spec, runtime_spec)
         status[RUNTIME_STATUS] = runtime_status(runtime, sources)
-    return {**job, "status": status}
+    return {**job, "status": status}, job_spec
 
 
 def taken(job: dict[str, Any]) -> dict[str, Any]:
@@ -143,12 +146,10 @@ def describe(job: dict[str, Any]) -> str:
 async def pod_security_problem(namespace: str, spec: GRPOJobSpec, plan: Plan) -> str | None:
     """Why the namespace's Pod Security level would refuse the job's pods, or None. Reads the namespace only when
     an override asks for more than restricted (most jobs never do)."""
-    shapes = {"head": plan.head, **{g.role: g.pod for g in plan.groups}}
-    if plan.exports:  # a pod the job never creates is nobody's business
-        shapes["converter"] = plan.export_pod
-    if spec.preflight.enabled:
-        shapes["preflight"] = plan.preflight_pod or plan.head
-    wanted = [ask for role, shape in shapes.items() for ask in asks(role, shape.override)]
+    shapes = {"head": plan.head, **{g.role: g.pod for g in plan.groups}, "converter": plan.export_pod,
+              "preflight": plan.preflight_pod or plan.head}
+    created = pods_of(spec)  # a pod the job never creates (no export, no preflight) is nobody's business
+    wanted = [ask for role, shape in shapes.items() if role in created for ask in asks(role, shape.override)]
     if not wanted:
         return None
     level = enforced_level(await kube.namespace_labels(namespace))

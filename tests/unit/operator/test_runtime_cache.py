@@ -26,11 +26,14 @@ def test_a_job_takes_the_default_runtime_from_the_cache_with_its_uid_and_sources
     cache = RuntimeCache()
     cache.on_event("ADDED", _runtime("gke", "u-1", default=True, image="registry.example.com/t:1"))
     cache.listed.set()
-    taken = asyncio.run(take_runtime(_job(), cache))["status"]["runtime"]
+    job, spec = asyncio.run(take_runtime(_job(), cache))
+    taken = job["status"]["runtime"]
     assert (taken["name"], taken["uid"], taken["generation"]) == ("gke", "u-1", 2)
+    assert spec.image == "registry.example.com/t:1"  # the effective spec, merged once
     assert taken["fromRuntime"] == ["image"] and taken["spec"]["image"] == "registry.example.com/t:1"
     cache.on_event("DELETED", _runtime("gke", "u-1"))
-    assert asyncio.run(take_runtime(_job(), cache))["status"]["runtime"] is None  # the old one is cleared
+    job, spec = asyncio.run(take_runtime(_job(), cache))
+    assert job["status"]["runtime"] is None and spec.image is None  # the old one is cleared
 
 
 def test_a_job_is_not_judged_before_the_first_list() -> None:
