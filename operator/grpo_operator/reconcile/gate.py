@@ -29,6 +29,7 @@ from grpo_operator.reconcile.lifecycle import spec_digests
 from grpo_operator.reconcile.status import ConditionUpdate, observe_new_rayjob
 from grpo_operator.render import render_configmap, render_preflight_job, render_trainer_rbac
 from grpo_operator.render.preflight_job import rendered_digest
+from grpo_operator.render.verl_config import SizedKnobs
 from grpo_operator.runtime import events, kube
 from grpo_operator.runtimes import RUNTIME_STATUS
 
@@ -141,13 +142,15 @@ async def start(job: dict, result: preflight.Outcome) -> None:
         if exc.status == 409:
             return  # edited meanwhile: the edit's event runs create() on the new spec
         raise
-    await start_training(written, rayjob_only=True)  # its Created Event; the Preflight condition says the rest
+    # Its Created Event; the Preflight condition says the rest. The verdict in hand says what was sized.
+    await start_training(written, rayjob_only=True, sized=SizedKnobs.from_verdict(result.sizing))
 
 
-async def start_training(job: dict, rayjob_only: bool = False) -> None:
+async def start_training(job: dict, rayjob_only: bool = False, sized: SizedKnobs | Any | None = UNREAD) -> None:
     """The training children and the status fields that name them. `rayjob_only`: the preflight's
     children (ServiceAccount, ConfigMap, PVC) were created for this very spec already, so only the RayJob
-    (and the NetworkPolicy that comes with it) is created."""
+    (and the NetworkPolicy that comes with it) is created. `sized`: what the passed preflight sized, read from its
+    pod when not given (a resync after a restart)."""
     meta, status = job["metadata"], job.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     spec, plan = parse(job)
@@ -156,7 +159,8 @@ async def start_training(job: dict, rayjob_only: bool = False) -> None:
     children = training_children(spec, plan, SETTINGS.network_policy)
     if rayjob_only:
         children = [c for c in children if c.kind in AFTER_PREFLIGHT]
-    sized = await sizing.sized_knobs(namespace, status)
+    if sized is UNREAD:
+        sized = await sizing.sized_knobs(namespace, status)
     children = sizing.with_sized_config(children, spec, plan, sized)
     try:
         created = await create_children(job, children)

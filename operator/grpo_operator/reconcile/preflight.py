@@ -28,6 +28,9 @@ class Outcome:
     failures: tuple[dict[str, str], ...] = field(default_factory=tuple)
     # The size the preflight chose for the new checkpoint claim (spec.checkpoints.volume.size empty).
     checkpoint_claim_bytes: int | None = None
+    # What it sized (the verdict's `sizing`: reconcile/sizing.py), carried to the RayJob's creation so the verdict is
+    # not read from the pod a second time.
+    sizing: Mapping[str, Any] | None = None
 
     @property
     def field(self) -> str:
@@ -64,8 +67,10 @@ def outcome(job: Mapping[str, Any], result: Mapping[str, Any] | None) -> Outcome
         failed = tuple({k: str(c.get(k) or "") for k in _CHECK_KEYS} for c in checks if not c.get("ok"))
         if "Complete" in done and result.get("passed") is True and not failed:
             sized = result.get("checkpointClaimBytes")
+            knobs = result.get("sizing")
             return Outcome("passed", f"preflight Job {name}: {len(checks)} checks passed",
-                           checkpoint_claim_bytes=sized if isinstance(sized, int) and sized > 0 else None)
+                           checkpoint_claim_bytes=sized if isinstance(sized, int) and sized > 0 else None,
+                           sizing=knobs if isinstance(knobs, Mapping) else None)
         if failed:
             shown = "; ".join(_failure_text(c) for c in failed[:MESSAGE_FAILURES])
             more = f" (and {len(failed) - MESSAGE_FAILURES} more)" if len(failed) > MESSAGE_FAILURES else ""

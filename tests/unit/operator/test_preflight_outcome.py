@@ -33,6 +33,13 @@ def test_a_passing_verdict_passes() -> None:
     result = preflight.outcome(job("Complete"), verdict)
     assert result.state == "passed" and result.message == "preflight Job qwen-preflight: 1 checks passed"
     assert [(c.type, c.status, c.reason) for c in preflight.conditions(result)] == [("Preflight", "True", "Passed")]
+    assert result.sizing is None
+
+
+def test_a_passing_verdict_carries_what_it_sized_to_the_rayjobs_creation() -> None:
+    sizing = {"values": {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 32}, "summary": "sized"}
+    verdict = {"passed": True, "checks": [{**VERDICT_FAILED["checks"][0], "ok": True}], "sizing": sizing}
+    assert preflight.outcome(job("Complete"), verdict).sizing == sizing
 
 
 def test_a_failing_verdict_names_field_value_and_fix() -> None:
