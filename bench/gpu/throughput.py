@@ -159,8 +159,8 @@ def build_model(target: Path, shape: Mapping[str, Any]) -> None:
                          bos_token_id=pad, eos_token_id=eos, pad_token_id=pad, torch_dtype="bfloat16",
                          architectures=["Qwen2ForCausalLM"], **shape)
     torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    # on the CPU: a CUDA context here would hold GPU memory (3 GiB on 2026-12-06 b) through every run of the call
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(target)
     GenerationConfig(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad).save_pretrained(target)
 
@@ -217,9 +217,10 @@ class MemoryPeak:
 
 
 def gpu_memory_bytes() -> int:
-    import torch
-
-    return int(torch.cuda.get_device_properties(0).total_memory)
+    """torch's figure for the GPU's memory (what the preflight sizes from), read in a child process so that this
+    one never holds a CUDA context beside the runs."""
+    code = "import torch; print(torch.cuda.get_device_properties(0).total_memory)"
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def specs(order: Sequence[str], keys: Mapping[str, dict[str, Any]], wall_cap_s: float,

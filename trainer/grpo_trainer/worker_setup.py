@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 def setup_worker() -> None:
-    from grpo_trainer import placement
+    from grpo_trainer import placement, token_logprobs
     from grpo_trainer.progress import tracking
     from grpo_trainer.reward import model as reward_model
 
@@ -47,6 +47,8 @@ def setup_worker() -> None:
         # its pools must not start unpinned.
         when_imported(POOLS_MODULE, lambda _: placement.install(role_resources))
     when_imported(TRACKING_MODULE, lambda _: tracking.install())
+    # verl's log-probabilities without flash-attn: one Python iteration per token (token_logprobs' docstring)
+    when_imported(token_logprobs.TORCH_FUNCTIONAL_MODULE, token_logprobs.install)
     # the reward-loop workers (and the task runner) load it: model scores must reach the agent loop whole
     when_imported(reward_model.REWARD_LOOP_MODULE, reward_model.install)
     install_rollback_patches(os.environ)

@@ -79,15 +79,18 @@ def test_setup_hook_imports_no_verl_and_patches_verl_when_loaded() -> None:
         print("grpo backend", "grpo" in Tracking.supported_backend)
         from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
         print("reward loop patched", hasattr(RewardLoopWorker.compute_score_disrm, "__grpo_original__"))
+        from verl.utils import torch_functional
+        print("log-probs chunked", torch_functional.logprobs_from_logits_v2.__module__)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines()[-4:] == [
+    assert out.stdout.splitlines()[-5:] == [
         "after hook False False",
         "pools pinned True",
         "grpo backend True",
         "reward loop patched True",
+        "log-probs chunked grpo_trainer.token_logprobs",
     ]
 
 
