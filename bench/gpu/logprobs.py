@@ -27,22 +27,27 @@ ROWS = 32 * 768
 VOCAB = 151936
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any, int]:
-    """Seconds of fn() with the GPU synchronised on both sides, its result, and its peak allocated bytes."""
+def timed(fn: Callable[[], Any], cuda: bool) -> tuple[float, Any, int]:
+    """Seconds of fn() with the GPU synchronised on both sides, its result, and its peak allocated bytes (0 on
+    the CPU)."""
     import torch
 
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     result = fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start, result, torch.cuda.max_memory_allocated()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, result, torch.cuda.max_memory_allocated() if cuda else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=2, help="ABBA rounds (each: baseline, ours, ours, baseline)")
     p.add_argument("--rows", type=int, default=ROWS)
+    p.add_argument("--vocab", type=int, default=VOCAB)
+    p.add_argument("--device", default="cuda", help="cpu: a check of this script, not a measurement")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
 
@@ -51,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     from verl.utils import torch_functional
 
     baseline = torch_functional.logprobs_from_logits_v2
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    logits = (torch.randn(a.rows, VOCAB, device="cuda", generator=gen) * 4).to(torch.bfloat16)
-    labels = torch.randint(0, VOCAB, (a.rows,), device="cuda", generator=gen)
-    weights = torch.randn(a.rows, device="cuda", generator=gen).to(torch.bfloat16)
+    cuda = a.device == "cuda"
+    gen = torch.Generator(device=a.device).manual_seed(0)
+    logits = (torch.randn(a.rows, a.vocab, device=a.device, generator=gen) * 4).to(torch.bfloat16)
+    labels = torch.randint(0, a.vocab, (a.rows,), device=a.device, generator=gen)
+    weights = torch.randn(a.rows, device=a.device, generator=gen).to(torch.bfloat16)
     sides = {"baseline": baseline, "ours": token_logprobs}
 
     def forward(fn: Callable[..., Any]) -> Callable[[], Any]:
@@ -70,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             return x.grad
         return go
 
-    results: dict[str, Any] = {"rows": a.rows, "vocab": VOCAB, "dtype": "bfloat16",
-                               "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    results: dict[str, Any] = {"rows": a.rows, "vocab": a.vocab, "dtype": "bfloat16", "torch": torch.__version__,
+                               "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
     outputs: dict[tuple[str, str], Any] = {}
     lines = []
     for phase, wrap in (("forward", forward), ("forward+backward", backward)):
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         peaks: dict[str, int] = {}
         for _ in range(a.rounds):
             for side in ("baseline", "ours", "ours", "baseline"):
-                s, out, peak = timed(wrap(sides[side]))
+                s, out, peak = timed(wrap(sides[side]), cuda)
                 seconds[side].append(s)
                 peaks[side] = max(peaks.get(side, 0), peak)
                 outputs[(phase, side)] = out
