@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,8 +23,9 @@ from grpo_operator.reconcile import pods, queueing, storage
 from grpo_operator.reconcile.autoscaling import NodePoolView, autoscalers_for
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
-from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, said_false, seconds_since
+from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, seconds_since
 from grpo_operator.runtime import events, kube
+from grpo_operator.runtime.job_cache import revision_of
 from grpo_operator.runtime.lookups import SharedLookups, always
 from grpo_operator.runtime.per_generation import PerGeneration
 
@@ -96,25 +98,92 @@ async def check_waiting(namespace: str, name: str) -> None:
     """While the job waits (Preflight, Pending): say which of its claims cannot bind and which of its pods cannot
     start, and why; look again later. Once it runs, a problem said before is said to be over. The caller holds the
     job's lock (retries.JOB_LOCKS)."""
+    seen = await _seen(namespace, name)
+    if seen is None:
+        return
+    waiting = seen.waits
+    if not waiting and not seen.said_false(pods.CONDITION) and not seen.said_false(queueing.CONDITION):
+        _SEEN.pop((namespace, name), None)
+        return
+    found = (await _claims_update(namespace, seen) if waiting else None, await _queue_update(namespace, seen, waiting),
+             await _pods_update(namespace, name, seen, waiting))
+    updates = [u for u in found if u is not None and not seen.holds(u)]
+    if updates:
+        await _write(namespace, name, updates)
+    if waiting:
+        check_waiting_later(namespace, name)
+    else:
+        _SEEN.pop((namespace, name), None)
+
+
+async def _write(namespace: str, name: str, updates: list[ConditionUpdate]) -> None:
+    """The updates that do not hold on the job's newest version (a watch event may have come since it was seen),
+    written, and each problem announced with an Event."""
     job = await kube.current_grpojob(namespace, name)
     if job is None:
         return
     status = job.get("status") or {}
-    waiting = waits(job)
-    if not waiting and not said_false(status, pods.CONDITION) and not said_false(status, queueing.CONDITION):
-        return
-    found = (await _claims_update(job) if waiting else None, await _queue_update(job, waiting),
-             await _pods_update(job, waiting))
-    updates = [u for u in found if u is not None]
     updates = [u for u in updates if not conditions_hold(status, (u,))]
-    if updates:
-        conditions = merge_conditions(status.get("conditions") or [], tuple(updates), status.get("observedGeneration"))
-        await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
-        for update in updates:
-            if update.status == "False":
-                events.warn(job, reason=_EVENT_REASONS.get(update.type, update.reason), message=update.message)
-    if waiting:
-        check_waiting_later(namespace, name)
+    if not updates:
+        return
+    conditions = merge_conditions(status.get("conditions") or [], tuple(updates), status.get("observedGeneration"))
+    await kube.patch_grpojob_status(namespace, name, {"conditions": conditions})
+    for update in updates:
+        if update.status == "False":
+            events.warn(job, reason=_EVENT_REASONS.get(update.type, update.reason), message=update.message)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the check reads of one version of a job: whether it waits, what it waits with, and its conditions as
+    (type, status, reason, message). Kept per waiting job until the job changes (its resourceVersion): the check
+    runs every period and a job changes a few times in its life, and parsing the job's kept JSON on every check was
+    a tenth of the operator's CPU in a 1000-job burst (bench/operator/RESULTS.md, issue 34)."""
+
+    revision: int | None
+    waits: bool
+    watched: _Watched | None
+    conditions: tuple[tuple[Any, Any, Any, Any], ...]
+
+    def said_false(self, kind: str) -> bool:
+        """As status.said_false on the job's status."""
+        return any(c[0] == kind and c[1] == "False" for c in self.conditions)
+
+    def holds(self, update: ConditionUpdate) -> bool:
+        """As common.conditions_hold on the job's status, for one update."""
+        current = {c[0]: c[1:] for c in self.conditions}
+        return current.get(update.type) == (update.status, update.reason, update.message)
+
+
+def seen_of(job: dict) -> _Seen:
+    status = job.get("status") or {}
+    conditions = tuple((c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                       for c in status.get("conditions") or [])
+    return _Seen(revision_of(job), waits(job), _WATCHED.of(job), conditions)
+
+
+# (namespace, name) -> what the check saw of the job's newest version; only jobs that wait are kept.
+_SEEN: dict[tuple[str, str], _Seen] = {}
+
+
+async def _seen(namespace: str, name: str) -> _Seen | None:
+    """The job's newest version as the check reads it; parsed again only when the job has changed."""
+    key = (namespace, name)
+    kept = _SEEN.get(key)
+    if kept is not None and kept.revision is not None and kept.revision == kube.JOBS.revision(namespace, name):
+        return kept
+    job = await kube.current_grpojob(namespace, name)
+    if job is None:
+        _SEEN.pop(key, None)
+        return None
+    seen = seen_of(job)
+    _SEEN[key] = seen
+    return seen
+
+
+def forget(namespace: str, name: str) -> None:
+    """The job is gone: nothing of it is kept."""
+    _SEEN.pop((namespace, name), None)
 
 
 def waits(job: dict) -> bool:
@@ -128,10 +197,8 @@ def waits(job: dict) -> bool:
     return phase == "Suspended" and not user_suspended and watched is not None and watched.queue is not None
 
 
-async def _claims_update(job: dict) -> ConditionUpdate | None:
-    meta, status = job["metadata"], job.get("status") or {}
-    namespace = meta["namespace"]
-    watched = _WATCHED.of(job)
+async def _claims_update(namespace: str, seen: _Seen) -> ConditionUpdate | None:
+    watched = seen.watched
     if watched is None:
         return None
     claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
@@ -145,26 +212,23 @@ async def _claims_update(job: dict) -> ConditionUpdate | None:
                                       seconds_since(found.created, now), SETTINGS.claim_provisioning_grace_seconds)
             if problem is not None:
                 problems.append(problem)
-    return storage.storage_condition(problems, said_false(status, storage.CONDITION))
+    return storage.storage_condition(problems, seen.said_false(storage.CONDITION))
 
 
-async def _queue_update(job: dict, waiting: bool) -> ConditionUpdate | None:
-    watched = _WATCHED.of(job)
+async def _queue_update(namespace: str, seen: _Seen, waiting: bool) -> ConditionUpdate | None:
+    watched = seen.watched
     if watched is None or watched.queue is None:
         return None
     queue, owners = watched.queue, watched.queued_children
-    namespace, status = job["metadata"]["namespace"], job.get("status") or {}
-    reported = said_false(status, queueing.CONDITION)
+    reported = seen.said_false(queueing.CONDITION)
     if not waiting:
         return queueing.queue_condition([], queue, reported)
     workloads = await _WORKLOADS.lookup(namespace, lambda: kube.workloads_in(namespace), keep=always)
     return queueing.queue_condition(queueing.waiting_workloads(workloads, owners), queue, reported)
 
 
-async def _pods_update(job: dict, waiting: bool) -> ConditionUpdate | None:
-    meta, status = job["metadata"], job.get("status") or {}
-    namespace, name = meta["namespace"], meta["name"]
-    reported = said_false(status, pods.CONDITION)
+async def _pods_update(namespace: str, name: str, seen: _Seen, waiting: bool) -> ConditionUpdate | None:
+    reported = seen.said_false(pods.CONDITION)
     if not waiting:
         return pods.pods_condition([], reported, [])  # it runs: what was said is over
     warned = await _WARNED_PODS.lookup(namespace, lambda: _warned_pods(namespace), keep=always)
@@ -177,12 +241,13 @@ async def _pods_update(job: dict, waiting: bool) -> ConditionUpdate | None:
         return None
     autoscalers: list[str] = []
     if any(p.reason == pods.UNSCHEDULABLE for p in found):
-        autoscalers = await _autoscalers(job, found)
+        job = await kube.current_grpojob(namespace, name)  # whole: the autoscalers are found from its plan
+        autoscalers = await _autoscalers(job, found) if job is not None else []
     return pods.pods_condition(found, reported, autoscalers)
 
 
 async def _warned_pods(namespace: str) -> dict[str, str]:
-    return pods.newest_warnings(await kube.pod_warnings_in(namespace))
+    return pods.by_job_name(pods.newest_warnings(await kube.pod_warnings_in(namespace)))
 
 
 async def _autoscalers(job: dict, problems: list[pods.PodProblem]) -> list[str]:

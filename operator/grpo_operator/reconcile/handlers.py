@@ -71,6 +71,7 @@ async def grpojob_event(event: dict, body: kopf.Body, namespace: str, name: str,
         metrics.forget(namespace, name)
         RETRIES.cancel(key)
         WAITING_CHECKS.cancel(key)
+        binding.forget(namespace, name)
         _SETTLED.discard(uid)
         return
     job = dict(body)

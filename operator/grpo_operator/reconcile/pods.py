@@ -11,6 +11,7 @@ Pure: the handlers read the pods (only those of jobs that have Warning Events) a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +29,11 @@ STUCK = frozenset({
 UNSCHEDULABLE = "Unschedulable"
 # A pod that waits for its claims to bind is unschedulable until they do: ClaimsBound says that, not PodsReady.
 _UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
+# The head of a job on a ReadWriteOnce checkpoint claim follows the actor pod onto its node (render/rayjob.py); until
+# the actor is placed, every node fails the head's pod affinity and nothing else. That is the head waiting its turn:
+# whatever holds the actor up is in the actor's own Warning. The scheduler lists each reason with its node count,
+# so the affinity is the only one when it directly follows "nodes are available: N node(s)" and ends the list.
+_WAITING_FOR_ITS_ACTOR = re.compile(r"nodes are available: \d+ node\(s\) didn't match pod affinity rules\.")
 # How long a pod may be unschedulable before it is said: in a burst the scheduler tries pods before their claims
 # or nodes are there, and a FailedScheduling that passes in seconds is no problem to report.
 UNSCHEDULABLE_GRACE_SECONDS = 30.0
@@ -64,7 +70,7 @@ def part_of(pod: Mapping[str, Any]) -> str:
 
 def pod_problem(pod: Mapping[str, Any], now: datetime | None = None) -> PodProblem | None:
     """The pod's own account of why it does not run: a container stuck waiting, or no node for it for longer than
-    UNSCHEDULABLE_GRACE_SECONDS (not for want of a bound claim: ClaimsBound says that)."""
+    UNSCHEDULABLE_GRACE_SECONDS (not for want of a bound claim, nor a head's for its actor's placement: only_waits)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None
@@ -79,7 +85,7 @@ def pod_problem(pod: Mapping[str, Any], now: datetime | None = None) -> PodProbl
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
                 and condition.get("reason") == UNSCHEDULABLE:
             message = str(condition.get("message") or "no node can take it")
-            if _UNBOUND_CLAIMS in message:
+            if only_waits(message):
                 return None
             since = seconds_since(str(condition.get("lastTransitionTime") or ""), now or datetime.now(UTC))
             if since < UNSCHEDULABLE_GRACE_SECONDS:
@@ -103,12 +109,19 @@ def pods_condition(problems: Sequence[PodProblem], reported: bool,
     return None
 
 
+def only_waits(message: str) -> bool:
+    """A scheduler's message that says the pod waits for something other than nodes: its claims to bind (ClaimsBound
+    says so), or a head for its actor to be placed (the actor's own Warning says why it is not)."""
+    return _UNBOUND_CLAIMS in message or _WAITING_FOR_ITS_ACTOR.search(message) is not None
+
+
 def newest_warnings(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Pod name -> the time of its newest Warning, leaving out the scheduler's waits for unbound claims: in a
-    burst every pod may get one before its claims bind, and ClaimsBound speaks for claims."""
+    """Pod name -> the time of its newest Warning, leaving out the scheduler's waits (`only_waits`): in a burst every
+    pod may get one before its claims bind, and every head one before its actor is placed; reading the pods of each
+    such job every check period was most of a 1000-job burst's requests (bench/operator/RESULTS.md, issue 34)."""
     newest: dict[str, str] = {}
     for event in events:
-        if _UNBOUND_CLAIMS in str(event.get("message") or ""):
+        if only_waits(str(event.get("message") or "")):
             continue
         name = str((event.get("involvedObject") or {}).get("name", ""))
         when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
@@ -117,9 +130,23 @@ def newest_warnings(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return newest
 
 
-def may_be_of(job: str, warned: Mapping[str, str], now: datetime | None = None) -> bool:
-    """Whether a pod with a recent Warning (`warned`: pod name -> its newest Warning's time) could be one of the job's:
-    every pod of the job is named after it (the preflight and converter Jobs', the RayJob's submitter and RayCluster);
-    its labels decide once it is read."""
-    return any(name.startswith(f"{job}-") and seconds_since(when, now or datetime.now(UTC)) < RECENT_WARNING_SECONDS
-               for name, when in warned.items())
+def by_job_name(warned: Mapping[str, str]) -> dict[str, str]:
+    """Pod name -> newest Warning's time, turned into: each name a job's pods could have been named after (every
+    part of a pod's name before a "-") -> the newest Warning of those pods. Built once per list of Warnings, so
+    that asking about one job is a lookup: with 1000 jobs waiting and 400 warned pods, scanning every pod name for
+    each job's check was most of that check's CPU (bench/operator/RESULTS.md, issue 34)."""
+    newest: dict[str, str] = {}
+    for name, when in warned.items():
+        for cut in (i for i, char in enumerate(name) if char == "-"):
+            prefix = name[:cut]
+            if when > newest.get(prefix, ""):
+                newest[prefix] = when
+    return newest
+
+
+def may_be_of(job: str, warned_by_job_name: Mapping[str, str], now: datetime | None = None) -> bool:
+    """Whether a pod with a recent Warning (`warned_by_job_name`: `by_job_name` of the pods' newest Warnings) could be
+    one of the job's: every pod of the job is named after it (the preflight and converter Jobs', the RayJob's
+    submitter and RayCluster); its labels decide once it is read."""
+    when = warned_by_job_name.get(job)
+    return when is not None and seconds_since(when, now or datetime.now(UTC)) < RECENT_WARNING_SECONDS

@@ -21,7 +21,8 @@ from typing import Any
 Key = tuple[str, str]
 
 
-def _revision(job: dict[str, Any]) -> int | None:
+def revision_of(job: dict[str, Any]) -> int | None:
+    """The object's resourceVersion as a number (None: none, or not a number)."""
     try:
         return int((job.get("metadata") or {}).get("resourceVersion"))
     except (TypeError, ValueError):
@@ -37,7 +38,7 @@ class JobCache:
         of our own writes brings back the version its answer gave us, and is not serialized a second time."""
         meta = job.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        revision, uid = _revision(job), meta.get("uid", "")
+        revision, uid = revision_of(job), meta.get("uid", "")
         kept = self._jobs.get(key)
         if kept is not None and kept[1] == uid and kept[0] is not None and revision is not None and kept[0] >= revision:
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from grpo_operator.reconcile.pods import may_be_of, newest_warnings, pod_problem, pods_condition
+from grpo_operator.reconcile.pods import by_job_name, may_be_of, newest_warnings, pod_problem, pods_condition
 from grpo_operator.reconcile.status import said_false
 
 
@@ -67,11 +67,20 @@ NOW = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
 
 
 def test_a_warned_pod_may_be_the_jobs_by_its_name_while_its_warning_is_recent() -> None:
-    assert may_be_of("job", {"job-preflight-x1y2z": "2026-12-05T11:59:30Z"}, NOW)
-    assert not may_be_of("job", {"jobless-abcde": "2026-12-05T11:59:30Z", "other-job-head": "2026-12-05T11:59:30Z"},
-                         NOW)
+    assert may_be_of("job", by_job_name({"job-preflight-x1y2z": "2026-12-05T11:59:30Z"}), NOW)
+    assert not may_be_of("job", by_job_name({"jobless-abcde": "2026-12-05T11:59:30Z",
+                                             "other-job-head": "2026-12-05T11:59:30Z"}), NOW)
     # An hour-old warning of a pod that has run since: its Events stay, its problem does not.
-    assert not may_be_of("job", {"job-preflight-x1y2z": "2026-12-05T11:00:00Z"}, NOW)
+    assert not may_be_of("job", by_job_name({"job-preflight-x1y2z": "2026-12-05T11:00:00Z"}), NOW)
+
+
+def test_a_job_name_with_dashes_finds_its_pods_and_the_newest_warning_of_any_of_them_counts() -> None:
+    warned = by_job_name({"my-job-raycluster-abc-head-x": "2026-12-05T11:00:00Z",
+                          "my-job-raycluster-abc-actor-worker-y": "2026-12-05T11:59:30Z"})
+    assert may_be_of("my-job", warned, NOW)
+    assert may_be_of("my", warned, NOW)  # as startswith("my-") did: the pod's labels decide once it is read
+    assert not may_be_of("my-jo", warned, NOW)
+    assert not may_be_of("my-job-raycluster-abc-actor-worker-y", warned, NOW)  # the pod's own whole name
 
 
 def test_a_pod_unschedulable_for_a_moment_or_for_its_claims_is_not_said() -> None:
@@ -94,3 +103,30 @@ def test_the_newest_warning_of_each_pod_leaves_out_waits_for_unbound_claims() ->
               event("b", "2026-12-05T11:59:00Z", "0/6 nodes are available: pod has unbound immediate "
                                                  "PersistentVolumeClaims. preemption: 0/6 nodes are available")]
     assert newest_warnings(events) == {"a": "2026-12-05T11:59:00Z"}
+
+
+# The scheduler's words for a head whose actor is not placed yet, and for one that the actor's node cannot take.
+WAITS_FOR_ITS_ACTOR = ("0/250 nodes are available: 250 node(s) didn't match pod affinity rules. no new claims to "
+                       "deallocate, preemption: 0/250 nodes are available: 250 Preemption is not helpful for "
+                       "scheduling.")
+ACTORS_NODE_FULL = ("0/6 nodes are available: 1 Insufficient cpu, 5 node(s) didn't match pod affinity rules. "
+                    "preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling.")
+
+
+def test_a_head_waiting_for_its_actor_to_be_placed_is_no_warning_of_its_own() -> None:
+    def event(pod: str, message: str) -> dict[str, Any]:
+        return {"involvedObject": {"kind": "Pod", "name": pod}, "lastTimestamp": "2026-12-05T11:59:00Z",
+                "message": message}
+
+    events = [event("job-head", WAITS_FOR_ITS_ACTOR), event("other-head", ACTORS_NODE_FULL)]
+    assert newest_warnings(events) == {"other-head": "2026-12-05T11:59:00Z"}
+
+
+def test_a_head_unschedulable_only_for_its_actor_is_not_said_but_one_the_actors_node_cannot_take_is() -> None:
+    def head(message: str) -> dict[str, Any]:
+        return _pod("head", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": message, "lastTransitionTime": "2026-12-05T11:00:00Z"}])
+
+    assert pod_problem(head(WAITS_FOR_ITS_ACTOR), NOW) is None
+    problem = pod_problem(head(ACTORS_NODE_FULL), NOW)
+    assert problem is not None and problem.reason == "Unschedulable"
