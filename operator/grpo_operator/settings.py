@@ -104,6 +104,9 @@ class OperatorSettings:
     worker_idle_seconds: float = 1.0
     # How often freed heap memory is handed back to the OS (memory.py); 0 turns it off.
     heap_trim_seconds: float = 10.0
+    # New container objects between two collections of the youngest generation (memory.py says why not Python's
+    # 700); 0 keeps Python's own.
+    gc_young_threshold: int = 20_000
     # Leader election (leader.py): a lease not renewed for its duration is taken over. Twice client-go's 15/10 s:
     # one Python thread renews the lease and runs kopf, and a CPU-starved pod must not lose it (chart values.yaml).
     lease_duration_seconds: float = 30.0
@@ -136,6 +139,7 @@ class OperatorSettings:
                 max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
                 heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),
+                gc_young_threshold=int(env.get(prefix + "GC_YOUNG_THRESHOLD", cls.gc_young_threshold)),
                 lease_duration_seconds=float(env.get(prefix + "LEASE_DURATION_SECONDS", cls.lease_duration_seconds)),
                 renew_deadline_seconds=float(env.get(prefix + "RENEW_DEADLINE_SECONDS", cls.renew_deadline_seconds)),
                 retry_period_seconds=float(env.get(prefix + "RETRY_PERIOD_SECONDS", cls.retry_period_seconds)),

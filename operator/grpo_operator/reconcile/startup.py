@@ -74,6 +74,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     trimming = memory.start_trimming(SETTINGS.heap_trim_seconds)
     if trimming is not None:
         _background.append(trimming)
+    memory.tune_gc(SETTINGS.gc_young_threshold)  # last: what start-up made is frozen with the imports
 
 
 async def _check_kuberay() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 from collections.abc import Callable
 
@@ -44,3 +45,20 @@ def start_trimming(interval: float) -> asyncio.Task | None:
             log.info("no malloc_trim in this C library: freed memory is not handed back to the OS")
         return None
     return asyncio.get_running_loop().create_task(trim_heap_forever(interval, trim), name="grpo-heap-trim")
+
+
+def tune_gc(young_threshold: int) -> None:
+    """Leave what start-up created out of the cyclic collector's full collections, and collect the youngest
+    generation every `young_threshold` new container objects instead of every 700 (0: Python's own).
+
+    Parsing an API answer creates tens of thousands of dicts and lists that stay alive until the parse ends: at
+    Python's 700 each such parse was collected young several times, promoted, and soon triggered a full collection,
+    which walks every long-lived object in the process (the imported modules and every job's state). A namespace's
+    list of 1000 claims took about twice as long to parse as with the collector off (bench/operator/RESULTS.md,
+    issue 34). Frozen objects are never freed by the collector: only what start-up made, which lives as long as
+    the process, is frozen, once.
+    """
+    gc.freeze()
+    if young_threshold > 0:
+        _, middle, old = gc.get_threshold()
+        gc.set_threshold(young_threshold, middle, old)

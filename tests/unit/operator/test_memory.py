@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import platform
+from collections.abc import Iterator
 
 import pytest
 from grpo_operator.runtime import memory
@@ -40,3 +42,24 @@ def test_interval_zero_turns_trimming_off() -> None:
         return memory.start_trimming(0)
 
     assert asyncio.run(scenario()) is None
+
+
+@pytest.fixture
+def restored_gc() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+def test_tuning_freezes_what_exists_and_sets_only_the_young_threshold(restored_gc: object) -> None:
+    before = gc.get_threshold()
+    memory.tune_gc(20_000)
+    assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == (20_000, *before[1:])
+
+
+def test_young_threshold_zero_keeps_pythons_own(restored_gc: object) -> None:
+    before = gc.get_threshold()
+    memory.tune_gc(0)
+    assert gc.get_threshold() == before
