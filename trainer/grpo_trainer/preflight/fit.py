@@ -34,11 +34,12 @@ BF16 = 2
 
 # Bytes per logit element (tokens x vocab) at the phase's peak. Training: the bf16 logits, their
 # temperature-scaled copy, the packed copy verl cuts out of it (narrow + cat), the log_softmax outputs
-# autograd keeps, and the bf16 gradients flowing back through them: 14, from verl's own update on an H100
-# (bench/gpu/RESULTS.md, 2026-12-06 b: 58.2 GiB allocated at 32 x 768 tokens of Qwen2.5-0.5B, where 10 bytes
-# predicted 44.6). Log-prob forward with entropy: logits, scaled copy, softmax and its product with the
-# logits; without entropy (reference): logits and scaled copy.
-LOGIT_BYTES_TRAIN = 14
+# autograd keeps, and the bf16 gradients flowing back through them: 15, from verl's own update on an H100
+# (bench/gpu/RESULTS.md, 2026-12-06 b and c: 58.2 and, with the chunked log-probabilities, 60.1 GiB allocated
+# at 32 x 768 tokens of Qwen2.5-0.5B; 10 bytes predicted 44.6, 15 predict 62.0). Log-prob forward with entropy:
+# logits, scaled copy, softmax and its product with the logits; without entropy (reference): logits and
+# scaled copy.
+LOGIT_BYTES_TRAIN = 15
 LOGIT_BYTES_LOG_PROB_ENTROPY = 8
 LOGIT_BYTES_LOG_PROB = 4
 ENTROPY_LOGIT_BYTES = LOGIT_BYTES_LOG_PROB_ENTROPY - LOGIT_BYTES_LOG_PROB
