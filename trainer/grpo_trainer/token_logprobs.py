@@ -34,9 +34,9 @@ CHUNK_BYTES = 512 * 2**20
 log = logging.getLogger(__name__)
 
 
-def rows_per_chunk(vocab: int, element_size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Pure: how many rows of `vocab` logits fit one chunk (at least one)."""
-    return max(chunk_bytes // max(vocab * element_size, 1), 1)
+def rows_per_chunk(row_elements: int, element_size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Pure: how many rows of `row_elements` logits fit one chunk (at least one)."""
+    return max(chunk_bytes // max(row_elements * element_size, 1), 1)
 
 
 def token_logprobs(logits: Any, labels: Any, chunk_bytes: int = CHUNK_BYTES) -> Any:
@@ -45,18 +45,21 @@ def token_logprobs(logits: Any, labels: Any, chunk_bytes: int = CHUNK_BYTES) -> 
     import torch.nn.functional as F
 
     vocab = logits.shape[-1]
-    flat_logits = logits.reshape(-1, vocab)
-    flat_labels = labels.reshape(-1, 1)
-    rows = rows_per_chunk(vocab, logits.element_size(), chunk_bytes)
+    if logits.numel() == 0:
+        return logits.new_empty(labels.shape)
+    # Chunks along the first dimension, as v2 loops: a sliced (non-contiguous) input is copied a chunk at a time,
+    # never whole.
+    rows = rows_per_chunk(logits[0].numel(), logits.element_size(), chunk_bytes)
     exact = logits.dtype in (torch.float32, torch.float64)
     parts = []
-    for chunk, chunk_labels in zip(flat_logits.split(rows), flat_labels.split(rows), strict=True):
+    for chunk, chunk_labels in zip(logits.split(rows), labels.split(rows), strict=True):
+        flat, flat_labels = chunk.reshape(-1, vocab), chunk_labels.reshape(-1, 1)
         if exact:
             # logsumexp is stable in fp32; it keeps no (rows, vocab) tensor for the backward
-            parts.append(chunk.gather(-1, chunk_labels).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
+            parts.append(flat.gather(-1, flat_labels).squeeze(-1) - torch.logsumexp(flat, dim=-1))
         else:
             # in bf16 logsumexp loses the small differences; log_softmax accumulates in fp32
-            parts.append(F.log_softmax(chunk, dim=-1).gather(-1, chunk_labels).squeeze(-1))
+            parts.append(F.log_softmax(flat, dim=-1).gather(-1, flat_labels).squeeze(-1))
     return torch.cat(parts).reshape(labels.shape)
 
 

@@ -50,6 +50,17 @@ def test_chunked_logprobs_give_verls_gradient(dtype: torch.dtype) -> None:
     assert torch.allclose(grads[0].float(), grads[1].float(), rtol=0, atol=1e-6)
 
 
+def test_a_sliced_batch_of_sequences_is_taken_in_chunks_of_whole_sequences() -> None:
+    gen = torch.Generator().manual_seed(2)
+    padded = torch.randn(5, 40, 300, generator=gen).to(torch.bfloat16)
+    logits = padded[:, 8:]  # the responses of left-padded sequences: not contiguous
+    labels = torch.randint(0, 300, (5, 32), generator=gen)
+    assert not logits.is_contiguous()
+    ours = chunked(logits, labels, chunk_bytes=2 * 32 * 300 * 2)  # two sequences a chunk
+    assert torch.equal(ours, row_by_row(logits, labels))
+    assert chunked(logits[:0], labels[:0]).shape == (0, 32)
+
+
 def test_rows_per_chunk_bounds_the_log_softmax_and_takes_at_least_one_row() -> None:
     # Qwen2.5's vocabulary in bf16: 1766 rows of 151,936 logits in 512 MiB
     assert rows_per_chunk(151936, 2) == 1766
