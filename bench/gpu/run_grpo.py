@@ -117,6 +117,9 @@ class RunSpec:
     # extra_keys are the whole training config (bench/gpu/throughput.py: the operator's render, verl's example):
     # only the run's environment (paths, steps, names, logger, GPUs) is added, none of the shared settings
     keys_only: bool = False
+    # stock only: its Ray workers get grpo-train's chunked log-probabilities (grpo_trainer/token_logprobs.py), so
+    # that an ours/stock pair compares our other overheads, not verl's per-token loop against our fix of it
+    logprobs_fix: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("ours", "stock"):
@@ -125,6 +128,8 @@ class RunSpec:
             raise ValueError(f"reward must be length, token or model, got {self.reward!r}")
         if self.kind == "stock" and (self.reward != "length" or self.role_resources or self.export):
             raise ValueError("a stock run is the length-reward baseline: no other reward, pinning or export")
+        if self.logprobs_fix and self.kind != "stock":
+            raise ValueError("logprobs_fix is for stock runs: grpo-train always installs it")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
             raise ValueError(f"run name {self.name!r}: letters, digits, '.', '_' and '-' only")
 
@@ -306,6 +311,10 @@ def hydra_value(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+SETUP_HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
+LOGPROBS_FIX_HOOK = "grpo_trainer.token_logprobs.setup_worker"
+
+
 def stock_overrides(spec: RunSpec, paths: Paths) -> list[str]:
     """verl overrides for stock main_ppo: the shared keys plus what grpo-train derives from `grpo:`."""
     from grpo_trainer.config import build_config
@@ -316,7 +325,10 @@ def stock_overrides(spec: RunSpec, paths: Paths) -> list[str]:
         k: OmegaConf.to_container(v) if OmegaConf.is_config(v := OmegaConf.select(built.verl, k)) else v
         for k in DERIVED_KEYS
     }
-    return [f"{k}={hydra_value(v)}" for k, v in {**verl_keys(spec, paths), **derived}.items()]
+    overrides = [f"{k}={hydra_value(v)}" for k, v in {**verl_keys(spec, paths), **derived}.items()]
+    if spec.logprobs_fix:
+        overrides.append(f"++{SETUP_HOOK_KEY}={hydra_value(LOGPROBS_FIX_HOOK)}")
+    return overrides
 
 
 def tool(name: str, module: str) -> list[str]:

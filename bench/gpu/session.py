@@ -185,10 +185,16 @@ VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+BASE_RUNS = ("ours", "stock")
+# stock verl with our chunked log-probabilities in its workers (run_grpo.RunSpec.logprobs_fix): the baseline of
+# issue 33.1's parity once ours has that fix
+STOCK_FIXED = "stock_fixed"
+
+
 def parse_variant(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """Pure: `NAME:ENV=VALUE,ENV=VALUE` -> (NAME, its environment), a variant of ours for `--order`."""
     name, sep, rest = text.partition(":")
-    if not sep or not re.fullmatch(r"[A-Za-z0-9_.]+", name) or name in ("ours", "stock"):
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.]+", name) or name in (*BASE_RUNS, STOCK_FIXED):
         raise ValueError(f"--variant {text!r}: expected NAME:ENV=VALUE,... with a new NAME of letters, digits, '_'")
     env = []
     for item in filter(None, (p.strip() for p in rest.split(","))):
@@ -204,15 +210,18 @@ def timed_pair(
 ) -> list[run_grpo.RunSpec]:
     """Pure: the timed runs of a pair call, in the given order (ABBA: ours,stock then stock,ours).
     Each asks for more steps than it can reach and is stopped at wall_cap_s: the same time for all.
-    A name other than ours and stock is a variant of ours: grpo-train with that variant's environment."""
+    stock_fixed is stock with our log-probability fix; any other name is a variant of ours: grpo-train with that
+    variant's environment."""
     known = {**VARIANTS, **(variants or {})}
     specs = []
     for name in order:
-        if name not in ("ours", "stock") and name not in known:
-            raise ValueError(f"--order {name!r}: not ours, stock or a variant ({', '.join(sorted(known))})")
-        kind = name if name in ("ours", "stock") else "ours"
-        env = () if name in ("ours", "stock") else known[name]
-        specs.append(run_grpo.RunSpec(name, kind=kind, steps=60, timeout_s=wall_cap_s, wall_capped=True, env=env))
+        if name not in (*BASE_RUNS, STOCK_FIXED) and name not in known:
+            raise ValueError(f"--order {name!r}: not ours, stock, {STOCK_FIXED} or a variant "
+                             f"({', '.join(sorted(known))})")
+        kind = "stock" if name in ("stock", STOCK_FIXED) else "ours"
+        env = known.get(name, ())
+        specs.append(run_grpo.RunSpec(name, kind=kind, steps=60, timeout_s=wall_cap_s, wall_capped=True, env=env,
+                                      logprobs_fix=name == STOCK_FIXED))
     if len({s.name for s in specs}) != len(specs):
         raise ValueError(f"--order {','.join(order)}: a run name twice would overwrite its own results")
     return specs
@@ -540,9 +549,10 @@ def call_pair(
         "env": {s.name: dict(s.env) for s in specs if s.env},
         "runs": {r.run: result_summary(r) for r in timed},
     }
-    by_kind = {r.run: r for r in timed}
-    if all(k in by_kind and by_kind[k].steps for k in ("ours", "stock")):
-        summary["report"] = run_grpo.report(results / "ours.json", results / "stock.json")
+    by_name = {r.run: r for r in timed}
+    baseline = next((b for b in ("stock", STOCK_FIXED) if b in by_name and by_name[b].steps), None)
+    if "ours" in by_name and by_name["ours"].steps and baseline:
+        summary["report"] = run_grpo.report(results / "ours.json", results / f"{baseline}.json")
     logs = {r.run: results / f"{r.run}.log.gz" for r in timed}
     if any(r.steps for r in timed):  # the start-up table of every run, variants of ours included
         summary["startup"] = run_grpo.startup_report({k: p for k, p in logs.items() if p.exists()})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -75,6 +77,21 @@ def test_stock_overrides_compose_with_verl_and_match_what_grpo_train_derives(pat
     }
     assert differing["trainer.logger"] == (["console"], ["console", "grpo"])
     assert differing["actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend"] == (None, "uni")
+
+
+def test_stock_fixed_gets_the_log_probability_hook_and_nothing_else_of_ours(paths: run_grpo.Paths) -> None:
+    from grpo_trainer.config import verl_config_dir
+    from hydra import compose, initialize_config_dir
+
+    fixed = dataclasses.replace(STOCK, logprobs_fix=True)
+    plain, with_fix = run_grpo.stock_overrides(STOCK, paths), run_grpo.stock_overrides(fixed, paths)
+    assert with_fix[: len(plain)] == plain
+    with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
+        composed = compose(config_name="ppo_trainer", overrides=with_fix)
+    hook = OmegaConf.select(composed, "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook")
+    assert hook == "grpo_trainer.token_logprobs.setup_worker"
+    module, _, function = hook.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), function))
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, tuple[Any, Any]]]:

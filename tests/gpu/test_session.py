@@ -94,8 +94,18 @@ def test_a_malformed_variant_is_refused(text: str) -> None:
         session.parse_variant(text)
 
 
+def test_stock_fixed_is_stock_verl_with_our_log_probabilities_in_its_workers(tmp_path: Path) -> None:
+    ours, stock = session.timed_pair(["ours", "stock_fixed"], 230)
+    assert (stock.kind, stock.logprobs_fix, stock.env) == ("stock", True, ())
+    assert (ours.kind, ours.logprobs_fix) == ("ours", False)
+    with pytest.raises(ValueError, match="for stock runs"):
+        run_grpo.RunSpec("x", kind="ours", logprobs_fix=True)
+    with pytest.raises(ValueError, match="--variant"):
+        session.parse_variant("stock_fixed:A=1")
+
+
 def test_an_unknown_or_repeated_run_name_is_refused_before_anything_runs() -> None:
-    with pytest.raises(ValueError, match="not ours, stock or a variant"):
+    with pytest.raises(ValueError, match="not ours, stock, stock_fixed or a variant"):
         session.timed_pair(["ours", "ours_typo"], 230)
     with pytest.raises(ValueError, match="twice"):
         session.timed_pair(["ours", "ours"], 230)

@@ -63,6 +63,15 @@ def token_logprobs(logits: Any, labels: Any, chunk_bytes: int = CHUNK_BYTES) -> 
     return torch.cat(parts).reshape(labels.shape)
 
 
+def setup_worker() -> None:
+    """A Ray `worker_process_setup_hook` that installs this alone: for a verl run that is not grpo-train (stock
+    `verl.trainer.main_ppo` given `++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=` this path), whose
+    workers then compute log-probabilities as ours do. grpo-train's own hook (worker_setup) installs it too."""
+    from grpo_trainer.import_hooks import when_imported
+
+    when_imported(TORCH_FUNCTIONAL_MODULE, install)
+
+
 def install(module: ModuleType) -> None:
     """Replace verl's row-by-row fallback in `verl.utils.torch_functional` (its logprobs_from_logits looks the
     name up at each call, so every engine that imported logprobs_from_logits gets the chunked one)."""
