@@ -340,8 +340,11 @@ IDLE_SECONDS = 20.0
 
 
 def sample_rss(pid: int, timeline: list[tuple[float, int]], stop: threading.Event) -> None:
-    while not stop.wait(1.0):
+    """The RSS now (before the first create) and each second after, until stopped."""
+    while True:
         timeline.append((time.monotonic(), rss_bytes(pid)))
+        if stop.wait(1.0):
+            return
 
 
 def rss_milestones(result: BurstResult) -> str:
@@ -357,8 +360,8 @@ def rss_milestones(result: BurstResult) -> str:
 
     return (f"RSS sampled each second peaked at {peak / 2**20:.0f} MiB {at - origin:.0f}s after the first GRPOJob; "
             f"last RayJob at "
-            f"{last('rayjob'):.0f}s, last pod bound at {last('bound'):.0f}s; RSS at the end "
-            f"{result.rss_timeline[-1][1] / 2**20:.0f} MiB")
+            f"{last('rayjob'):.0f}s, last pod bound at {last('bound'):.0f}s; RSS before the burst "
+            f"{result.rss_timeline[0][1] / 2**20:.0f} MiB, at the end {result.rss_timeline[-1][1] / 2**20:.0f} MiB")
 
 
 def phases_and_event_reasons(namespace: str) -> tuple[dict[str, int], dict[str, int]]:

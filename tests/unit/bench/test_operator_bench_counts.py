@@ -52,7 +52,7 @@ def test_the_rss_peak_is_placed_against_the_last_rayjob_and_the_last_pod() -> No
                                rss_timeline=[(105.0, 90 << 20), (111.0, 150 << 20), (135.0, 120 << 20)])
     assert bench.rss_milestones(result) == (
         "RSS sampled each second peaked at 150 MiB 11s after the first GRPOJob; last RayJob at 10s, "
-        "last pod bound at 30s; RSS at the end 120 MiB")
+        "last pod bound at 30s; RSS before the burst 90 MiB, at the end 120 MiB")
 
 
 def test_phases_and_event_reasons_are_counted_per_job() -> None:
