@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -101,14 +102,17 @@ def _created_already(job: dict, action: Action) -> bool:
 
 async def _look_at_guardrails(job: dict) -> None:
     if guardrail_actions.worth_a_look(job):
-        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        async with JOB_LOCKS.hold((namespace, name)), kube.call_site("guardrails"):
-            try:
-                await guardrail_actions.act_on_guardrails(namespace, name)
-            except Exception:
-                # kopf drops a watch handler's exception; the trainer holds, so the next look acts.
-                log.exception("acting on the guardrails of %s/%s failed; trying again", namespace, name)
-                _retry_guardrails_later(namespace, name)
+        await _act_on_guardrails(job["metadata"]["namespace"], job["metadata"]["name"])
+
+
+async def _act_on_guardrails(namespace: str, name: str) -> None:
+    async with JOB_LOCKS.hold((namespace, name)), kube.call_site("guardrails"):
+        try:
+            await guardrail_actions.act_on_guardrails(namespace, name)
+        except Exception:
+            # kopf drops a watch handler's exception; the trainer holds, so the next look acts.
+            log.exception("acting on the guardrails of %s/%s failed; trying again", namespace, name)
+            _retry_guardrails_later(namespace, name)
 
 
 class _WaitingForSlots:
@@ -141,10 +145,14 @@ class _WaitingForSlots:
                     action = next_action(job, listing=listing)
                     if _created_already(job, action):
                         continue  # this version is from before our status write
+                    worth_a_look = guardrail_actions.worth_a_look(job)
                     if action is not Action.NONE:
                         with kube.call_site(action.value):
-                            await ACTIONS[action](job)
-                await _look_at_guardrails(job)
+                            acting = ACTIONS[action](job)
+                            del job  # held by the action as long as it needs it: create() lets go before its last wait
+                            await acting
+                if worth_a_look:
+                    await _act_on_guardrails(*key)
         except Exception:
             # As kopf did with the handler's error: logged; create() and resync() schedule their own retries.
             log.exception("acting on %s/%s failed", *key)
@@ -216,8 +224,8 @@ async def create(job: dict) -> None:
     Refused input gets phase Invalid, a condition and an Event naming the field; a missing PVC or
     ConfigMap is looked for again every `dependency_retry_seconds`. The caller holds a slot and the lock.
     """
-    meta = job["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
+    namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"].get("uid", "")
+    subject = events.subject_of(job)
     RETRIES.cancel((namespace, name))
     started = time.monotonic()
     result = "error"
@@ -293,9 +301,15 @@ async def create(job: dict) -> None:
         if created:  # one Event per job, not one per child: a burst of jobs is a burst of Events
             message = "created " + ", ".join(f"{kind} {child}" for kind, child in created) + runtimes.describe(job)
             events.post(job, type="Normal", reason="Created", message=message)
-        if not job_spec.preflight.enabled:
-            await _started_without_preflight(job, job_plan, waiting)
-        _SETTLED.add(meta.get("uid", ""))
+        preflight = job_spec.preflight.enabled
+        if not preflight:
+            first = _first_status(job, job_plan, waiting)
+            # In a burst the status write waits behind every later job's creates (priority.py): what waits is this
+            # small record, not the job's body, spec and plan (~60 KB a job, most of a 1000-job burst's peak RSS,
+            # bench/operator/RESULTS.md, issue 34). The caller let go of the body already (_WaitingForSlots).
+            del job, job_spec, job_plan
+            await first.write()
+        _SETTLED.add(uid)
         check_waiting_later(namespace, name)
         result = "success"
     except Exception as exc:
@@ -307,12 +321,13 @@ async def create(job: dict) -> None:
             name,
             SETTINGS.error_retry_seconds,
         )
-        events.warn(job, reason="CreateFailed", message=f"{exc}; trying again in {SETTINGS.error_retry_seconds:.0f}s")
+        events.warn(subject, reason="CreateFailed",
+                    message=f"{exc}; trying again in {SETTINGS.error_retry_seconds:.0f}s")
         _retry_later(namespace, name, SETTINGS.error_retry_seconds)
         return
     finally:
         metrics.observe_reconcile(result, time.monotonic() - started)
-    if job_spec.preflight.enabled and not any(kind == "Job" for kind, _ in created):
+    if preflight and not any(kind == "Job" for kind, _ in created):
         # The preflight Job of this spec was there already and may have its verdict (a restart, an edit
         # that changed nothing it checks). A Job created just now reports through its own events.
         if await gate.sync(namespace, name) is gate.Sync.RERUN:
@@ -356,7 +371,24 @@ async def _capacity(job_plan: Plan, nodes: list[NodeView]) -> tuple[Problems, tu
     return [], (ConditionUpdate(pods.CONDITION, "False", pods.WAITING_FOR_CAPACITY, "; ".join(waiting)),)
 
 
-async def _started_without_preflight(job: dict, plan: Plan, waiting: tuple[ConditionUpdate, ...] = ()) -> None:
+@dataclass(frozen=True)
+class _FirstStatus:
+    """The first status write of a job created without the preflight: all it needs, none of the job's body."""
+
+    namespace: str
+    name: str
+    current: dict[str, Any]
+    generation: int | None
+    phase: str
+    conditions: tuple[ConditionUpdate, ...]
+    fields: dict[str, Any]
+
+    async def write(self) -> None:
+        await write_status(self.namespace, self.name, self.current, self.generation, self.phase, self.conditions,
+                           self.fields)
+
+
+def _first_status(job: dict, plan: Plan, waiting: tuple[ConditionUpdate, ...] = ()) -> _FirstStatus:
     meta, status = job["metadata"], job.get("status") or {}
     # What status mirroring makes of a RayJob KubeRay has not touched yet, so the RayJob's first
     # events find nothing to change (rayjob_event skips a status-less RayJob).
@@ -369,8 +401,8 @@ async def _started_without_preflight(job: dict, plan: Plan, waiting: tuple[Condi
         **runtimes.taken(job),
     }
     valid = ConditionUpdate("Valid", "True", "Accepted", "spec accepted; children created")
-    await write_status(meta["namespace"], meta["name"], status, meta.get("generation"), initial.phase,
-                       (initial.ready, valid, disabled_condition(), *waiting), fields)
+    return _FirstStatus(meta["namespace"], meta["name"], dict(status), meta.get("generation"), initial.phase,
+                        (initial.ready, valid, disabled_condition(), *waiting), fields)
 
 
 # Top-level spec fields the CRD gained, with a default, after jobs already existed: the apiserver fills the

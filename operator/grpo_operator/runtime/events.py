@@ -57,6 +57,13 @@ def event_body(obj: Mapping[str, Any], type: str, reason: str, message: str, now
 _posting: set[asyncio.Task] = set()
 
 
+def subject_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """All of `obj` that `event_body` reads: a caller that may post about a job later keeps this, not its body."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": obj.get("apiVersion", f"{kube.GROUP}/{kube.VERSION}"), "kind": obj.get("kind", "GRPOJob"),
+            "metadata": {key: meta.get(key, "") for key in ("name", "namespace", "uid")}}
+
+
 def post(obj: Mapping[str, Any], type: str, reason: str, message: str) -> None:
     """Post an Event about `obj` in the background (the caller's call site is the request's)."""
     body = event_body(obj, type, reason, message, datetime.now(UTC))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import weakref
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -291,3 +293,31 @@ def test_a_job_deleted_while_it_waits_for_a_slot_is_not_created(monkeypatch: pyt
 
     asyncio.run(scenario())
     assert created == []
+
+
+class _Body(dict):
+    """A job body that can be weakly referenced (a dict cannot), to see who still holds it."""
+
+
+def test_a_job_acted_on_after_its_slot_wait_is_held_by_the_action_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a burst, create() waits for its status write behind later jobs' creates: the body it was handed must not
+    stay alive in the slot waiter meanwhile (create() lets go of its own before that wait)."""
+    kept = handlers.kube.JOBS.get
+    monkeypatch.setattr(handlers.kube.JOBS, "get", lambda namespace, name: _Body(kept(namespace, name) or {}))
+    alive: list[bool] = []
+
+    async def create(job: dict) -> None:
+        body = weakref.ref(job)
+        del job
+        gc.collect()
+        alive.append(body() is not None)
+
+    monkeypatch.setitem(handlers.ACTIONS, Action.CREATE, create)
+
+    async def scenario() -> None:
+        await _job_event("held", "30", {})
+        await handlers.WAITING.idle()
+
+    asyncio.run(scenario())
+    assert alive == [False]
+    handlers.kube.JOBS.forget("ns", "held")
