@@ -6,14 +6,12 @@ reads): a waiting job gets a timer instead, every `storage_check_seconds`, until
 The jobs waiting in a namespace share one list of its claims, one of their Events (read until every claim of the
 job is bound) and one of the names of its pods that have Warning Events; a job's own pods are read only when one
 of them is among those (or a problem was reported and may be gone). A claim that a provisioner is still working
-on is given `claim_provisioning_grace_seconds` before it is reported. A claim that binds is seen bound at most a
-period later; one that was Bound and is no longer (Lost, or deleted), at most BOUND_RECHECK_PERIODS later. What the
-claims and their Events mean is decided in `storage.py`, what the pods' states mean in `pods.py`.
+on is given `claim_provisioning_grace_seconds` before it is reported. What the claims and their Events mean is
+decided in `storage.py`, what the pods' states mean in `pods.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,13 +43,6 @@ CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 # (issue 34). A claim that binds is seen bound at most one period later; none is reported before its grace.
 _SHARED_SECONDS = SETTINGS.storage_check_seconds
 _CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
-# A job whose claims were all Bound at its last check has them read again only every few periods: a claim leaves
-# Bound only for Lost (its volume deleted) or by being deleted, while one that waits may bind at any moment. In a
-# 1000-job burst most jobs wait for KubeRay long after their claims bound, and the namespace's list of 1000 claims,
-# parsed every period for them, was a sixth of the operator's CPU then (bench/operator/RESULTS.md, issue 34).
-BOUND_RECHECK_PERIODS = 5
-_CLAIMS_BOUND: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS * BOUND_RECHECK_PERIODS)
-_ALL_BOUND: set[tuple[str, str]] = set()  # (namespace, name) of the jobs whose claims were all Bound last time
 _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
 _WARNED_PODS: SharedLookups[dict[str, str]] = SharedLookups(_SHARED_SECONDS)
 _NODEPOOLS: SharedLookups[list[NodePoolView]] = SharedLookups(_SHARED_SECONDS)
@@ -112,17 +103,17 @@ async def check_waiting(namespace: str, name: str) -> None:
         return
     waiting = seen.waits
     if not waiting and not seen.said_false(pods.CONDITION) and not seen.said_false(queueing.CONDITION):
-        forget(namespace, name)
+        _SEEN.pop((namespace, name), None)
         return
-    found = (await _claims_update(namespace, name, seen) if waiting else None,
-             await _queue_update(namespace, seen, waiting), await _pods_update(namespace, name, seen, waiting))
+    found = (await _claims_update(namespace, seen) if waiting else None, await _queue_update(namespace, seen, waiting),
+             await _pods_update(namespace, name, seen, waiting))
     updates = [u for u in found if u is not None and not seen.holds(u)]
     if updates:
         await _write(namespace, name, updates)
     if waiting:
         check_waiting_later(namespace, name)
     else:
-        forget(namespace, name)
+        _SEEN.pop((namespace, name), None)
 
 
 async def _write(namespace: str, name: str, updates: list[ConditionUpdate]) -> None:
@@ -191,9 +182,8 @@ async def _seen(namespace: str, name: str) -> _Seen | None:
 
 
 def forget(namespace: str, name: str) -> None:
-    """The job is gone, or waits no more: nothing of it is kept."""
+    """The job is gone: nothing of it is kept."""
     _SEEN.pop((namespace, name), None)
-    _ALL_BOUND.discard((namespace, name))
 
 
 def waits(job: dict) -> bool:
@@ -207,16 +197,12 @@ def waits(job: dict) -> bool:
     return phase == "Suspended" and not user_suspended and watched is not None and watched.queue is not None
 
 
-async def _claims_update(namespace: str, name: str, seen: _Seen) -> ConditionUpdate | None:
+async def _claims_update(namespace: str, seen: _Seen) -> ConditionUpdate | None:
     watched = seen.watched
     if watched is None:
         return None
-    claims = await _claims_in(namespace, all_bound_before=(namespace, name) in _ALL_BOUND)
+    claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
     facts = [claims.get(c) for c in watched.claims]
-    if all(f is not None and f.phase == "Bound" for f in facts):
-        _ALL_BOUND.add((namespace, name))
-    else:
-        _ALL_BOUND.discard((namespace, name))
     problems = []
     now = datetime.now(UTC)
     for (claim, field), found in zip(watched.claims.items(), facts, strict=True):
@@ -227,15 +213,6 @@ async def _claims_update(namespace: str, name: str, seen: _Seen) -> ConditionUpd
             if problem is not None:
                 problems.append(problem)
     return storage.storage_condition(problems, seen.said_false(storage.CONDITION))
-
-
-async def _claims_in(namespace: str, all_bound_before: bool) -> dict[str, kube.ClaimFacts]:
-    """The namespace's claims as read at most a period ago; for a job whose claims were all Bound, as read at most
-    BOUND_RECHECK_PERIODS ago (a fresher read of the period's is taken when there is none)."""
-    def read() -> Awaitable[dict[str, kube.ClaimFacts]]:
-        return _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
-
-    return await (_CLAIMS_BOUND.lookup(namespace, read, keep=always) if all_bound_before else read())
 
 
 async def _queue_update(namespace: str, seen: _Seen, waiting: bool) -> ConditionUpdate | None:
