@@ -189,6 +189,7 @@ BASE_RUNS = ("ours", "stock")
 # stock verl with our chunked log-probabilities in its workers (run_grpo.RunSpec.logprobs_fix): the baseline of
 # issue 33.1's parity once ours has that fix
 STOCK_FIXED = "stock_fixed"
+STOCK_RUNS = ("stock", STOCK_FIXED)
 
 
 def parse_variant(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -218,7 +219,7 @@ def timed_pair(
         if name not in (*BASE_RUNS, STOCK_FIXED) and name not in known:
             raise ValueError(f"--order {name!r}: not ours, stock, {STOCK_FIXED} or a variant "
                              f"({', '.join(sorted(known))})")
-        kind = "stock" if name in ("stock", STOCK_FIXED) else "ours"
+        kind = "stock" if name in STOCK_RUNS else "ours"
         env = known.get(name, ())
         specs.append(run_grpo.RunSpec(name, kind=kind, steps=60, timeout_s=wall_cap_s, wall_capped=True, env=env,
                                       logprobs_fix=name == STOCK_FIXED))
@@ -550,7 +551,7 @@ def call_pair(
         "runs": {r.run: result_summary(r) for r in timed},
     }
     by_name = {r.run: r for r in timed}
-    baseline = next((b for b in ("stock", STOCK_FIXED) if b in by_name and by_name[b].steps), None)
+    baseline = next((b for b in STOCK_RUNS if b in by_name and by_name[b].steps), None)
     if "ours" in by_name and by_name["ours"].steps and baseline:
         summary["report"] = run_grpo.report(results / "ours.json", results / f"{baseline}.json")
     logs = {r.run: results / f"{r.run}.log.gz" for r in timed}

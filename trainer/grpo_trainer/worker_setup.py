@@ -48,7 +48,7 @@ def setup_worker() -> None:
         when_imported(POOLS_MODULE, lambda _: placement.install(role_resources))
     when_imported(TRACKING_MODULE, lambda _: tracking.install())
     # verl's log-probabilities without flash-attn: one Python iteration per token (token_logprobs' docstring)
-    when_imported(token_logprobs.TORCH_FUNCTIONAL_MODULE, token_logprobs.install)
+    token_logprobs.setup_worker()
     # the reward-loop workers (and the task runner) load it: model scores must reach the agent loop whole
     when_imported(reward_model.REWARD_LOOP_MODULE, reward_model.install)
     install_rollback_patches(os.environ)
