@@ -8,6 +8,11 @@ stops before anyone may take over) stops reconciling and exits; its pod restarts
 stops on purpose (SIGTERM: a rollout, a drained node, a deleted pod) gives the lease up, so a follower takes
 over at its next try instead of after the lease expires.
 
+Each round is one try with a bound of its own (`Timing.attempt`), on a client of its own that does not retry
+inside a round: the rounds are the retries. A request stuck on a connection that stopped answering, or a
+retry's backoff inside the client, would otherwise hold the one round in flight until the renew deadline and
+the leader would step down although the apiserver answered a new connection at once.
+
 Followers run no kopf at all: no watches, no caches. Taking over is a cold start of kopf, which lists every
 GRPOJob and resumes each from its status and children (the handlers are idempotent: create-if-absent).
 """
@@ -27,6 +32,9 @@ from grpo_operator.runtime import kube
 log = logging.getLogger("grpo_operator.leader")
 
 LEASES = kube.RESOURCES["Lease"]
+# A round's read and write take milliseconds; an apiserver under a burst's load may take a second or more, and a
+# round cut shorter than this would make a leader step down over a slow answer rather than a stuck one.
+MIN_ATTEMPT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,28 @@ class Timing:
                 f"leader election needs retryPeriod < renewDeadline < leaseDuration, got {self.retry_period} s, "
                 f"{self.renew_deadline} s, {self.lease_duration} s"
             )
+
+    @property
+    def attempt(self) -> float:
+        """How long one round may take: a quarter of the renew deadline (5 s of the default 20), and at least a
+        retry period and MIN_ATTEMPT_SECONDS. With the defaults a round stuck for its whole bound leaves the deadline
+        room for two more whole rounds and a third cut short, each on a new connection."""
+        return max(self.retry_period, self.renew_deadline / 4, MIN_ATTEMPT_SECONDS)
+
+
+def election_client(login: kube.Login, timing: Timing) -> kube.Client:
+    """The elector's own client: one try per request (a round that fails is retried by the next round), and
+    connections kept for longer than a retry period, so that renewing is one request on an open connection
+    instead of a TLS handshake every round."""
+    return kube.Client(login, max_connections=2, retry=kube.RetryPolicy(attempts=1),
+                       keepalive=timing.retry_period + timing.attempt)
+
+
+def failure(exc: BaseException, timeout: float) -> str:
+    """What a failed round met, for the log: a timeout says nothing by itself."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:.1f} s"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -213,10 +243,10 @@ class LeaderElector:
         while True:
             started = loop.time()
             try:
-                if await asyncio.wait_for(self.try_once(), self._timing.renew_deadline):
+                if await asyncio.wait_for(self.try_once(), self._timing.attempt):
                     return started
             except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
-                log.warning("could not read or take the lease: %s", exc)
+                log.warning("could not read or take the lease: %s", failure(exc, self._timing.attempt))
             await asyncio.sleep(self._timing.retry_period)
 
     async def keep(self, renewed: float) -> None:
@@ -231,17 +261,22 @@ class LeaderElector:
             left = self._timing.renew_deadline - (started - renewed)
             if left <= 0:
                 break
+            bound = min(left, self._timing.attempt)
             try:
-                if await asyncio.wait_for(self.try_once(), left):
+                if await asyncio.wait_for(self.try_once(), bound):
                     renewed = started
                     continue
                 log.error("lost the lease to %s", self.state.holder)
                 self.state.leading = False
                 return
             except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
-                log.warning("could not renew the lease: %s", exc)
+                log.warning("could not renew the lease: %s; %.0f s of the renew deadline left", failure(exc, bound),
+                            max(0.0, self._timing.renew_deadline - (loop.time() - renewed)))
         self.state.leading = False
         log.error("no renewal of the lease for %.0f s: stepping down", self._timing.renew_deadline)
+
+    async def close(self) -> None:
+        await self._client.close()
 
     async def release(self) -> None:
         """Give the lease up if this replica still holds it, so a follower takes over at once."""
@@ -249,10 +284,11 @@ class LeaderElector:
             return
         self.state.leading = False
         try:
-            view = await asyncio.wait_for(self._read(), self._timing.renew_deadline)
+            view = await asyncio.wait_for(self._read(), self._timing.attempt)
             if view is not None and view.holder == self.state.identity:
                 await asyncio.wait_for(self._write(view, released_body(view, self._name, self._namespace)),
-                                       self._timing.renew_deadline)
+                                       self._timing.attempt)
                 log.info("gave the lease up")
         except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
-            log.warning("could not give the lease up (a follower takes it once it expires): %s", exc)
+            log.warning("could not give the lease up (a follower takes it once it expires): %s",
+                        failure(exc, self._timing.attempt))

@@ -50,11 +50,11 @@ def identity(env: Mapping[str, str]) -> str:
     return env.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def _client(kopf_settings: kopf.OperatorSettings) -> kube.Client:
+def _login(kopf_settings: kopf.OperatorSettings) -> kube.Login:
     async def login() -> kopf.ConnectionInfo | None:
         return kube.credentials(kopf_settings)
 
-    return kube.Client(login, max_connections=2)
+    return login
 
 
 def _on_sigterm(stopping: asyncio.Event) -> None:
@@ -90,19 +90,20 @@ async def run(plan: RunPlan, run_kopf: RunKopf, kopf_settings: kopf.OperatorSett
                                                    holder=plan.identity if plan.lease is None else ""))
     metrics.serve(settings.metrics_host, settings.metrics_port)
     server = await health_server.serve(state, plan.health_url) if plan.health_url else None
-    client = _client(kopf_settings)
+    client = kube.Client(_login(kopf_settings), max_connections=2)
     stopping = asyncio.Event()
     _on_sigterm(stopping)
     # Before anything answers Ready; while a check fails it is run again in the background.
     await _check(client, state, plan.reads_crds)
     checks = asyncio.ensure_future(_check_while_unfit(client, state, plan.reads_crds))
+    elector: leader.LeaderElector | None = None
     try:
-        elector = None
         renewed = 0.0
         if plan.lease is not None:
             if not plan.lease_namespace:
                 raise SystemExit("grpo-operator: --leader-elect needs POD_NAMESPACE (the chart sets it)")
-            elector = leader.LeaderElector(client, plan.lease_namespace, plan.lease, plan.identity, plan.timing)
+            elector = leader.LeaderElector(leader.election_client(_login(kopf_settings), plan.timing),
+                                           plan.lease_namespace, plan.lease, plan.identity, plan.timing)
             state.leadership = elector.state
             taken = await _follow(elector, stopping)
             if taken is None:
@@ -117,6 +118,8 @@ async def run(plan: RunPlan, run_kopf: RunKopf, kopf_settings: kopf.OperatorSett
         if server is not None:
             await server.cleanup()
         await client.close()
+        if elector is not None:
+            await elector.close()
 
 
 async def _check(client: kube.Client, state: health_server.Health, reads_crds: bool) -> None:

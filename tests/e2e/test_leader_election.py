@@ -9,8 +9,10 @@ The operator pod's graceful hand-over (a deleted leader pod gives the lease up) 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -29,7 +31,7 @@ from .takeover import burst_job, lease_holder, phases, wrong_children
 pytestmark = pytest.mark.e2e
 
 LEASE = "grpo-operator"
-# Short, to keep the test short; the production defaults (15/10/2 s) have the same proportions.
+# Short, to keep the test short; the production defaults (30/20/2 s) have much the same proportions.
 TIMING = {"GRPO_OPERATOR_LEASE_DURATION_SECONDS": "6", "GRPO_OPERATOR_RENEW_DEADLINE_SECONDS": "4",
           "GRPO_OPERATOR_RETRY_PERIOD_SECONDS": "1"}
 BURST = 12
@@ -110,16 +112,74 @@ def test_a_killed_leader_is_replaced_within_the_lease_in_a_burst_and_every_job_h
         delete_namespace(cluster, namespace, wait_for_jobs=True)
 
 
-def _elector(cluster: LocalCluster, namespace: str, lease: str, identity: str, clock_offset: float = 0.0
-             ) -> leader.LeaderElector:
+ELECTOR_TIMING = leader.Timing(lease_duration=4, renew_deadline=3, retry_period=0.5)
+
+
+def _login(server: str | None = None) -> kube.Login:
+    """The kubeconfig's credentials; `server` replaces its address (a relay in front of the apiserver)."""
     settings = kopf.OperatorSettings()
 
     async def login() -> kopf.ConnectionInfo | None:
-        return kopf.login_with_kubeconfig(settings=settings)
+        info = kopf.login_with_kubeconfig(settings=settings)
+        return info if info is None or server is None else dataclasses.replace(info, server=server)
 
+    return login
+
+
+def _elector(cluster: LocalCluster, namespace: str, lease: str, identity: str, clock_offset: float = 0.0
+             ) -> leader.LeaderElector:
     skewed = (lambda: datetime.now(UTC) + timedelta(seconds=clock_offset)) if clock_offset else None
-    return leader.LeaderElector(kube.Client(login, max_connections=2), namespace, lease, identity,
-                                leader.Timing(lease_duration=4, renew_deadline=3, retry_period=0.5), clock=skewed)
+    return leader.LeaderElector(kube.Client(_login(), max_connections=2), namespace, lease, identity,
+                                ELECTOR_TIMING, clock=skewed)
+
+
+class StallingRelay:
+    """A TCP relay on 127.0.0.1 to the apiserver whose open connections can be made to stop answering, as a
+    connection through a stalled forwarder or to a dead peer does (nothing is closed, nothing more arrives),
+    while connections opened afterwards are relayed as before."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._open: list[asyncio.Event] = []  # one per connection: set once it is stalled
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"https://127.0.0.1:{port}"
+
+    def stall_open_connections(self) -> int:
+        for stalled in self._open:
+            stalled.set()
+        return len(self._open)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        stalled = asyncio.Event()
+        self._open.append(stalled)
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        never = asyncio.Event()
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                if stalled.is_set():
+                    await never.wait()
+                sink.write(data)
+                await sink.drain()
+
+        try:
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._open.remove(stalled)
+            for end in (writer, upstream_writer):
+                end.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
 
 
 def test_the_elector_on_the_real_apiserver_skew_loss_and_release(
@@ -160,8 +220,51 @@ def test_the_elector_on_the_real_apiserver_skew_loss_and_release(
         await stranger.release()
         found["b took the released lease"] = await b.try_once()
         for elector in (a, b, stranger):
-            await elector._client.close()
+            await elector.close()
         return found
 
     assert asyncio.run(scenario()) == {"skewed follower took it": False, "a leads after the overwrite": False,
                                        "b took the released lease": True}
+
+
+def test_a_leader_whose_connection_stops_answering_renews_on_a_new_one_and_keeps_the_lease(
+        cluster: LocalCluster, lease_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renewal stuck on a connection that stopped answering is dropped after one try's bound
+    (`Timing.attempt`) and the next round renews on a new connection: the leader keeps its lease. Before, the one
+    stuck request held the round until the renew deadline and the leader stepped down although the apiserver
+    answered (the chart's operator pod on the real node, CI of 2026-12-06)."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    apiserver = urllib.parse.urlsplit(cluster.server)
+    # Room for a stuck round (leader.MIN_ATTEMPT_SECONDS) and another before the deadline.
+    timing = leader.Timing(lease_duration=8, renew_deadline=6, retry_period=0.5)
+    assert timing.retry_period + timing.attempt + timing.retry_period + 1 < timing.renew_deadline
+
+    async def scenario() -> dict[str, object]:
+        relay = StallingRelay(apiserver.hostname or "127.0.0.1", apiserver.port or 443)
+        through_relay = await relay.start()
+        elector = leader.LeaderElector(leader.election_client(_login(through_relay), timing),
+                                       lease_namespace, "stall-test", "a", timing)
+        observer = _elector(cluster, lease_namespace, "stall-test", "observer")
+        found: dict[str, object] = {}
+        try:
+            keeping = asyncio.ensure_future(elector.keep(await elector.acquire()))
+            await asyncio.sleep(2 * timing.retry_period)
+            opened = relay.connections
+            found["connections stalled"] = relay.stall_open_connections() > 0
+            await asyncio.sleep(2 * timing.renew_deadline)
+            found["leads"] = elector.state.leading and not keeping.done()
+            found["renewed on a new connection"] = relay.connections > opened
+            view = await observer._read()
+            assert view is not None and view.renewed is not None
+            age = (datetime.now(UTC) - view.renewed).total_seconds()
+            found["renewed lately"] = age < timing.attempt + 2 * timing.retry_period
+            keeping.cancel()
+            await asyncio.gather(keeping, return_exceptions=True)
+        finally:
+            await elector.close()
+            await observer.close()
+            await relay.close()
+        return found
+
+    assert asyncio.run(scenario()) == {"connections stalled": True, "leads": True, "renewed on a new connection": True,
+                                       "renewed lately": True}

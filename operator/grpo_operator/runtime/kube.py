@@ -198,7 +198,8 @@ Login = Callable[[], Awaitable[kopf.ConnectionInfo | None]]
 
 
 def bounded_session(
-    info: kopf.ConnectionInfo, max_connections: int, headers: Mapping[str, str] | None = None, **options: Any
+    info: kopf.ConnectionInfo, max_connections: int, headers: Mapping[str, str] | None = None,
+    keepalive: float = KEEPALIVE_SECONDS, **options: Any
 ) -> aiohttp.ClientSession:
     """An HTTP session with `info`'s credentials, at most `max_connections` connections, short keep-alive.
 
@@ -207,7 +208,7 @@ def bounded_session(
     """
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(
-            limit=max_connections, keepalive_timeout=KEEPALIVE_SECONDS, ssl=info.as_ssl_context()
+            limit=max_connections, keepalive_timeout=keepalive, ssl=info.as_ssl_context()
         ),
         headers={**info.as_http_headers(), **(headers or {})},  # basic auth or token, as kopf sends them
         proxy=info.proxy_url,
@@ -219,10 +220,12 @@ def bounded_session(
 class Client:
     """One aiohttp session to the apiserver, with kopf's own ways to find credentials."""
 
-    def __init__(self, login: Login, max_connections: int, retry: RetryPolicy = RetryPolicy()) -> None:
+    def __init__(self, login: Login, max_connections: int, retry: RetryPolicy = RetryPolicy(),
+                 keepalive: float = KEEPALIVE_SECONDS) -> None:
         self._login = login
         self._max_connections = max_connections
         self._retry = retry
+        self._keepalive = keepalive
         self._session: aiohttp.ClientSession | None = None
         self._server = ""
         self._lock = asyncio.Lock()
@@ -243,6 +246,7 @@ class Client:
                 info,
                 self._max_connections,
                 headers={"User-Agent": USER_AGENT},
+                keepalive=self._keepalive,
                 timeout=aiohttp.ClientTimeout(total=60, sock_connect=10),
             )
             self._server = info.server.rstrip("/")

@@ -84,6 +84,22 @@ def test_timings_that_could_let_two_leaders_overlap_are_refused(lease: float, re
         Timing(lease, renew, retry)
 
 
+def test_a_round_gets_a_quarter_of_the_renew_deadline_so_a_stuck_one_leaves_room_for_more() -> None:
+    assert Timing(40, 12, 3.5).attempt == 3.5  # never less than the period between rounds
+    assert Timing(4, 3, 1).attempt == leader.MIN_ATTEMPT_SECONDS  # nor than a slow apiserver may take
+    defaults = Timing(30, 20, 2)  # the chart's
+    assert defaults.attempt == 5.0
+    # keep(): a period's sleep, then rounds of at most `attempt` a period apart, until the deadline.
+    starts = [defaults.retry_period + k * (defaults.attempt + defaults.retry_period) for k in range(5)]
+    whole_rounds = [start for start in starts if start + defaults.attempt <= defaults.renew_deadline]
+    assert len(whole_rounds) == 2 and starts[2] < defaults.renew_deadline  # and a third, cut short
+
+
+def test_a_failed_round_says_what_it_met_and_a_timeout_how_long_it_waited() -> None:
+    assert leader.failure(TimeoutError(), 5.0) == "no answer within 5.0 s"
+    assert leader.failure(ConnectionResetError("reset by peer"), 5.0) == "ConnectionResetError: reset by peer"
+
+
 def test_a_pod_is_named_by_its_pod_id_and_a_local_run_by_a_unique_name() -> None:
     assert runner.identity({"POD_ID": "grpo-operator-7f9c-abcde"}) == "grpo-operator-7f9c-abcde"
     assert runner.identity({}) != runner.identity({})
