@@ -35,6 +35,8 @@ LEASES = kube.RESOURCES["Lease"]
 # A round's read and write take milliseconds; an apiserver under a burst's load may take a second or more, and a
 # round cut shorter than this would make a leader step down over a slow answer rather than a stuck one.
 MIN_ATTEMPT_SECONDS = 2.0
+# Giving the lease up has no later rounds to retry it (the process is stopping): a second read and write.
+RELEASE_TRIES = 2
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,12 @@ class Timing:
     def attempt(self) -> float:
         """How long one round may take: a quarter of the renew deadline (5 s of the default 20), and at least a
         retry period and MIN_ATTEMPT_SECONDS. With the defaults a round stuck for its whole bound leaves the deadline
-        room for two more whole rounds and a third cut short, each on a new connection."""
+        room for one more whole round and one cut short, each on a new connection."""
         return max(self.retry_period, self.renew_deadline / 4, MIN_ATTEMPT_SECONDS)
 
 
 def election_client(login: kube.Login, timing: Timing) -> kube.Client:
-    """The elector's own client: one try per request (a round that fails is retried by the next round), and
+    """The elector's own client: one attempt per request (a round that fails is retried by the next round), and
     connections kept for longer than a retry period, so that renewing is one request on an open connection
     instead of a TLS handshake every round."""
     return kube.Client(login, max_connections=2, retry=kube.RetryPolicy(attempts=1),
@@ -223,14 +225,21 @@ class LeaderElector:
         except kube.ApiError as exc:
             if exc.status != 409:
                 raise
-            # Another replica wrote first, or the client retried a write the apiserver had applied already
-            # (a lost answer): only the lease itself can tell.
+            # Another replica wrote first, or a write of ours moved the version since our read: this one applied
+            # although its answer was lost, or an earlier round's, cut by its bound, that landed late. Only the
+            # lease itself can tell.
             again = await self._read()
-            mine = again is not None and again.holder == me and again.renewed == parse_time(body["spec"]["renewTime"])
-            if not mine:
-                self.state.leading = False
-                self.state.holder = again.holder if again is not None else ""
-                return False
+            if again is not None and again.holder == me:
+                if again.renewed == parse_time(body["spec"]["renewTime"]):
+                    return self._leads(view)
+                raise  # our own earlier write: not lost; the next round renews on the version it reads
+            self.state.leading = False
+            self.state.holder = again.holder if again is not None else ""
+            return False
+        return self._leads(view)
+
+    def _leads(self, view: LeaseView | None) -> bool:
+        me = self.state.identity
         if not self.state.leading:
             log.info("%s leads now (lease %s/%s, held before by %s)", me, self._namespace, self._name,
                      (view.holder if view else "") or "nobody")
@@ -253,10 +262,14 @@ class LeaderElector:
         """Renew every retry period from `renewed` (the monotonic start of the last successful round); return when
         the lease is lost: another holds it, or no round that started within the renew deadline succeeded. A round
         counts from its start (the renewTime it writes is stamped then) and may only use what is left of the
-        deadline, so the leader knows it lost before the lease can expire for anyone else."""
+        deadline, so the leader knows it lost before the lease can expire for anyone else: at the deadline itself,
+        not a retry period after it."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self._timing.retry_period)
+            left = self._timing.renew_deadline - (loop.time() - renewed)
+            if left <= 0:
+                break
+            await asyncio.sleep(min(self._timing.retry_period, left))
             started = loop.time()
             left = self._timing.renew_deadline - (started - renewed)
             if left <= 0:
@@ -283,12 +296,16 @@ class LeaderElector:
         if not self.state.leading:
             return
         self.state.leading = False
-        try:
-            view = await asyncio.wait_for(self._read(), self._timing.attempt)
-            if view is not None and view.holder == self.state.identity:
-                await asyncio.wait_for(self._write(view, released_body(view, self._name, self._namespace)),
-                                       self._timing.attempt)
-                log.info("gave the lease up")
-        except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
-            log.warning("could not give the lease up (a follower takes it once it expires): %s",
-                        failure(exc, self._timing.attempt))
+        for tries_left in reversed(range(RELEASE_TRIES)):
+            try:
+                view = await asyncio.wait_for(self._read(), self._timing.attempt)
+                if view is not None and view.holder == self.state.identity:
+                    await asyncio.wait_for(self._write(view, released_body(view, self._name, self._namespace)),
+                                           self._timing.attempt)
+                    log.info("gave the lease up")
+                return
+            except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+                # A 409 here is most likely the renewal cancelled as the stop began, landing after our read.
+                if not tries_left:
+                    log.warning("could not give the lease up (a follower takes it once it expires): %s",
+                                failure(exc, self._timing.attempt))

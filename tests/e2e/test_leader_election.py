@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 import urllib.parse
 import urllib.request
@@ -228,7 +229,8 @@ def test_the_elector_on_the_real_apiserver_skew_loss_and_release(
 
 
 def test_a_leader_whose_connection_stops_answering_renews_on_a_new_one_and_keeps_the_lease(
-        cluster: LocalCluster, lease_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        cluster: LocalCluster, lease_namespace: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     """A renewal stuck on a connection that stopped answering is dropped after one try's bound
     (`Timing.attempt`) and the next round renews on a new connection: the leader keeps its lease. Before, the one
     stuck request held the round until the renew deadline and the leader stepped down although the apiserver
@@ -252,6 +254,8 @@ def test_a_leader_whose_connection_stops_answering_renews_on_a_new_one_and_keeps
             opened = relay.connections
             found["connections stalled"] = relay.stall_open_connections() > 0
             await asyncio.sleep(2 * timing.renew_deadline)
+            found["a round was cut at its bound"] = any(
+                "no answer within" in r.getMessage() for r in caplog.records if r.name == leader.log.name)
             found["leads"] = elector.state.leading and not keeping.done()
             found["renewed on a new connection"] = relay.connections > opened
             view = await observer._read()
@@ -266,5 +270,45 @@ def test_a_leader_whose_connection_stops_answering_renews_on_a_new_one_and_keeps
             await relay.close()
         return found
 
-    assert asyncio.run(scenario()) == {"connections stalled": True, "leads": True, "renewed on a new connection": True,
-                                       "renewed lately": True}
+    caplog.set_level(logging.WARNING, logger=leader.log.name)
+    assert asyncio.run(scenario()) == {"connections stalled": True, "a round was cut at its bound": True, "leads": True,
+                                       "renewed on a new connection": True, "renewed lately": True}
+
+
+def test_a_late_write_of_the_leaders_own_earlier_round_is_a_failed_round_not_a_lost_lease(
+        cluster: LocalCluster, lease_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round cut by its bound whose write the apiserver applies late moves the lease's version under the next
+    round: that round's write is refused (409) although the lease still names this replica. It is a failed round
+    (the next one renews), not a lease lost to itself, which would make the pod exit."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+
+    async def scenario() -> dict[str, object]:
+        a = _elector(cluster, lease_namespace, "late-write-test", "a")
+        found: dict[str, object] = {}
+        try:
+            await a.acquire()
+            before = await a._read()
+            assert before is not None
+            late = leader.lease_body("late-write-test", lease_namespace, "a", datetime.now(UTC) + timedelta(seconds=1),
+                                     ELECTOR_TIMING, before)
+            await a._write(before, late)  # the earlier round's write, landing now
+            read = a._read
+            reads = iter([before])  # the next round reads the version from before it
+
+            async def stale_then_fresh() -> leader.LeaseView | None:
+                return next(reads, None) or await read()
+
+            monkeypatch.setattr(a, "_read", stale_then_fresh)
+            try:
+                await a.try_once()
+                found["the round"] = "renewed"
+            except kube.ApiError as exc:
+                found["the round"] = f"failed with {exc.status}"
+            found["still leads"] = a.state.leading
+            found["the next round renews"] = await a.try_once()
+        finally:
+            await a.close()
+        return found
+
+    assert asyncio.run(scenario()) == {"the round": "failed with 409", "still leads": True,
+                                       "the next round renews": True}

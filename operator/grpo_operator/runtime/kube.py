@@ -201,10 +201,11 @@ def bounded_session(
     info: kopf.ConnectionInfo, max_connections: int, headers: Mapping[str, str] | None = None,
     keepalive: float = KEEPALIVE_SECONDS, **options: Any
 ) -> aiohttp.ClientSession:
-    """An HTTP session with `info`'s credentials, at most `max_connections` connections, short keep-alive.
+    """An HTTP session with `info`'s credentials, at most `max_connections` connections, kept `keepalive` seconds.
 
-    Both kopf's session (the login handler) and the handlers' Client are made here: unbounded, a burst
-    opens a connection per object, each with asyncio's 256 KiB TLS buffer.
+    kopf's session (the login handler), the handlers' Client and the leader elector's are made here: unbounded, a
+    burst opens a connection per object, each with asyncio's 256 KiB TLS buffer, and at aiohttp's default 15 s
+    keep-alive a trickle of events keeps them all open; the elector's one connection is kept past its retry period.
     """
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(
