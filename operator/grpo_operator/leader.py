@@ -35,8 +35,9 @@ LEASES = kube.RESOURCES["Lease"]
 # A round's read and write take milliseconds; an apiserver under a burst's load may take a second or more, and a
 # round cut shorter than this would make a leader step down over a slow answer rather than a stuck one.
 MIN_ATTEMPT_SECONDS = 2.0
-# Giving the lease up has no later rounds to retry it (the process is stopping): a second read and write.
-RELEASE_TRIES = 2
+# Giving the lease up has no later rounds to retry it (the process is stopping): it tries again after this pause,
+# bounded tries, until the renew deadline has passed.
+RELEASE_PAUSE_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,9 @@ class LeaderElector:
         if not self.state.leading:
             return
         self.state.leading = False
-        for tries_left in reversed(range(RELEASE_TRIES)):
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self._timing.renew_deadline
+        while True:
             try:
                 view = await asyncio.wait_for(self._read(), self._timing.attempt)
                 if view is not None and view.holder == self.state.identity:
@@ -306,6 +309,9 @@ class LeaderElector:
                 return
             except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
                 # A 409 here is most likely the renewal cancelled as the stop began, landing after our read.
-                if not tries_left:
+                if loop.time() + self._timing.attempt > give_up_at:
                     log.warning("could not give the lease up (a follower takes it once it expires): %s",
                                 failure(exc, self._timing.attempt))
+                    return
+                log.info("giving the lease up: %s; trying again", failure(exc, self._timing.attempt))
+                await asyncio.sleep(RELEASE_PAUSE_SECONDS)
