@@ -38,6 +38,8 @@ MIN_ATTEMPT_SECONDS = 2.0
 # Giving the lease up has no later rounds to retry it (the process is stopping): it tries again after this pause,
 # bounded tries, until the renew deadline has passed.
 RELEASE_PAUSE_SECONDS = 0.2
+# What a round (or a try at giving the lease up) may meet and survive: an answer refused, or none in time.
+ROUND_ERRORS = (kube.ApiError, *kube.TRANSIENT_ERRORS)  # asyncio.TimeoutError is among the transient ones
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ class LeaderElector:
             try:
                 if await asyncio.wait_for(self.try_once(), self._timing.attempt):
                     return started
-            except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+            except ROUND_ERRORS as exc:
                 log.warning("could not read or take the lease: %s", failure(exc, self._timing.attempt))
             await asyncio.sleep(self._timing.retry_period)
 
@@ -283,7 +285,7 @@ class LeaderElector:
                 log.error("lost the lease to %s", self.state.holder)
                 self.state.leading = False
                 return
-            except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+            except ROUND_ERRORS as exc:
                 log.warning("could not renew the lease: %s; %.0f s of the renew deadline left", failure(exc, bound),
                             max(0.0, self._timing.renew_deadline - (loop.time() - renewed)))
         self.state.leading = False
@@ -307,7 +309,7 @@ class LeaderElector:
                                            self._timing.attempt)
                     log.info("gave the lease up")
                 return
-            except (kube.ApiError, *kube.TRANSIENT_ERRORS, TimeoutError) as exc:
+            except ROUND_ERRORS as exc:
                 # A 409 here is most likely the renewal cancelled as the stop began, landing after our read.
                 if loop.time() + self._timing.attempt > give_up_at:
                     log.warning("could not give the lease up (a follower takes it once it expires): %s",

@@ -90,7 +90,8 @@ async def run(plan: RunPlan, run_kopf: RunKopf, kopf_settings: kopf.OperatorSett
                                                    holder=plan.identity if plan.lease is None else ""))
     metrics.serve(settings.metrics_host, settings.metrics_port)
     server = await health_server.serve(state, plan.health_url) if plan.health_url else None
-    client = kube.Client(_login(kopf_settings), max_connections=2)
+    login = _login(kopf_settings)
+    client = kube.Client(login, max_connections=2)
     stopping = asyncio.Event()
     _on_sigterm(stopping)
     # Before anything answers Ready; while a check fails it is run again in the background.
@@ -102,7 +103,7 @@ async def run(plan: RunPlan, run_kopf: RunKopf, kopf_settings: kopf.OperatorSett
         if plan.lease is not None:
             if not plan.lease_namespace:
                 raise SystemExit("grpo-operator: --leader-elect needs POD_NAMESPACE (the chart sets it)")
-            elector = leader.LeaderElector(leader.election_client(_login(kopf_settings), plan.timing),
+            elector = leader.LeaderElector(leader.election_client(login, plan.timing),
                                            plan.lease_namespace, plan.lease, plan.identity, plan.timing)
             state.leadership = elector.state
             taken = await _follow(elector, stopping)

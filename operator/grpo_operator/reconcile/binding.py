@@ -103,7 +103,7 @@ async def check_waiting(namespace: str, name: str) -> None:
         return
     waiting = seen.waits
     if not waiting and not seen.said_false(pods.CONDITION) and not seen.said_false(queueing.CONDITION):
-        _SEEN.pop((namespace, name), None)
+        forget(namespace, name)
         return
     found = (await _claims_update(namespace, seen) if waiting else None, await _queue_update(namespace, seen, waiting),
              await _pods_update(namespace, name, seen, waiting))
@@ -113,7 +113,7 @@ async def check_waiting(namespace: str, name: str) -> None:
     if waiting:
         check_waiting_later(namespace, name)
     else:
-        _SEEN.pop((namespace, name), None)
+        forget(namespace, name)
 
 
 async def _write(namespace: str, name: str, updates: list[ConditionUpdate]) -> None:
@@ -182,7 +182,7 @@ async def _seen(namespace: str, name: str) -> _Seen | None:
 
 
 def forget(namespace: str, name: str) -> None:
-    """The job is gone: nothing of it is kept."""
+    """The job is gone, or waits no more: nothing of it is kept."""
     _SEEN.pop((namespace, name), None)
 
 
