@@ -123,10 +123,12 @@ def test_context_beyond_the_models_positions_fails_naming_max_response_length_th
 def test_a_layout_that_cannot_fit_the_gpus_fails_naming_the_micro_batch(
         cluster: LocalCluster, team_ns: str, tmp_path: Path) -> None:
     body = example("colocated-length", algorithm={"microBatchSizePerGPU": 64})
-    # A 0.5B model: 64 sequences of 1536 tokens per micro batch make 139 GiB of logits alone.
+    # A 0.5B model: 64 sequences of 1536 tokens per micro batch make over 200 GiB of logits in the update and in
+    # the log-prob forward (the micro batch sizes both); the message leads with the larger and lists every phase.
     apply_job(cluster, team_ns, with_verdict(body, real_verdict(tmp_path, body, shape=QWEN2_05B_SHAPE)))
     job = assert_refused_by_preflight(cluster, team_ns, "spec.algorithm.microBatchSizePerGPU")
-    assert "actor.update needs about" in job["status"]["preflight"]["failures"][0]["message"]
+    message = job["status"]["preflight"]["failures"][0]["message"]
+    assert "actor.log_prob needs about" in message and "actor.update" in message
     # The operator passed the pool's GPU memory (the fake nodes' nvidia.com/gpu.memory label) to the check.
     command = get(cluster, "job", f"{NAME}-preflight", "-n", team_ns)["spec"]["template"]["spec"]["containers"][0]
     at = command["command"].index("--gpu-memory")

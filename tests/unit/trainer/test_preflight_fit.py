@@ -14,6 +14,7 @@ from grpo_trainer.preflight.fit import (
     GiB,
     ModelShape,
     RolloutLayout,
+    actor_log_prob,
     actor_update,
     estimate,
     reference_log_prob,
@@ -89,8 +90,28 @@ def test_reference_forward_keeps_the_actor_states_and_adds_only_gathered_units()
     shape = ModelShape.from_hf_config(QWEN2_05B)
     ref = reference_log_prob(shape, COLOCATED_ACTOR)
     assert ref.parts["weights_fp32_shard"] == int(4 * shape.params / 8)
-    assert ref.parts["logits"] == 4 * 1536 * 151936 * 4
+    assert ref.parts["logits"] == 4 * 1536 * 151936 * 6  # bf16 logits, their scaled copy, the packed copy
     assert "grads_fp32_shard" not in ref.parts
+
+
+# verl 0.9.1 on one H100 (bench/gpu/RESULTS.md, 2026-12-06 c and d): the process's peak allocated over a step, with
+# the old-policy log-prob forward at 32 x 768 tokens of Qwen2.5 shapes (random init, tied embeddings).
+QWEN25 = {"vocab_size": 151936, "tie_word_embeddings": True, "num_key_value_heads": 2, "model_type": "qwen2"}
+MEASURED_LOG_PROB_PEAKS = [
+    ({**QWEN25, "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "intermediate_size": 4864},
+     60.1),
+    ({**QWEN25, "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "intermediate_size": 8960},
+     71.8),
+]
+
+
+@pytest.mark.parametrize(("config", "measured_gib"), MEASURED_LOG_PROB_PEAKS)
+def test_log_prob_forward_estimate_is_within_5_percent_of_verls_measured_peak(
+    config: dict, measured_gib: float
+) -> None:
+    shape = ModelShape.from_hf_config(config)
+    predicted = actor_log_prob(shape, ActorLayout(gpus=1, micro_batch=32, log_prob_micro_batch=32, seq_len=768))
+    assert abs(predicted.total / GiB - measured_gib) <= 0.05 * measured_gib
 
 
 def test_vllm_budget_is_what_is_left_after_weights_and_profiling() -> None:

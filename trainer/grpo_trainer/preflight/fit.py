@@ -32,16 +32,20 @@ GiB = 2**30
 FP32 = 4
 BF16 = 2
 
-# Bytes per logit element (tokens x vocab) at the phase's peak. Training: the bf16 logits, their
-# temperature-scaled copy, the packed copy verl cuts out of it (narrow + cat), the log_softmax outputs
-# autograd keeps, and the bf16 gradients flowing back through them: 15, from verl's own update on an H100
-# (bench/gpu/RESULTS.md, 2026-12-06 b and c: 58.2 and, with the chunked log-probabilities, 60.1 GiB allocated
-# at 32 x 768 tokens of Qwen2.5-0.5B; 10 bytes predicted 44.6, 15 predict 62.0). Log-prob forward with entropy:
-# logits, scaled copy, softmax and its product with the logits; without entropy (reference): logits and
-# scaled copy.
+# Bytes per logit element (tokens x vocab) at the phase's peak, from verl's own steps on an H100 (bench/gpu/RESULTS.md,
+# 2026-12-06 c and d; verl reports the process's peak, never reset, so each figure is the largest phase of a step).
+# Log-prob forward with entropy (the old policy): 15. Qwen2.5-0.5B and -1.5B shapes, both at 32 x 768 tokens per
+# log-prob micro batch, peaked at 60.1 and 71.8 GiB allocated: 11.7 GiB apart, which is the 12 bytes per parameter
+# of fp32 weights and AdamW moments between the two shapes (11.73 GiB), so both peaks are this phase, and what is
+# left over is 15 bytes per logit element in each: the bf16 logits, their temperature-scaled copy, softmax, the
+# logsumexp's temporaries, the softmax-logits product, then the packed copy (narrow + cat). 8 had been predicted
+# (the 1.5B peak 49.6 GiB: 31 % under, past the 25 % the sizing's margin covers). Training: 15 as well, an upper
+# bound: the 0.5B update (32 x 768 tokens too) peaked at no more than the 60.1 GiB; not measured on its own.
+# Log-prob forward without entropy (the reference): the logits, the scaled copy and the packed copy, 6; read off
+# verl's forward (workers/engine/fsdp/transformer_impl.py), not measured alone.
 LOGIT_BYTES_TRAIN = 15
-LOGIT_BYTES_LOG_PROB_ENTROPY = 8
-LOGIT_BYTES_LOG_PROB = 4
+LOGIT_BYTES_LOG_PROB_ENTROPY = 15
+LOGIT_BYTES_LOG_PROB = 6
 ENTROPY_LOGIT_BYTES = LOGIT_BYTES_LOG_PROB_ENTROPY - LOGIT_BYTES_LOG_PROB
 # A recomputed decoder layer's activations per token, in bf16 elements of hidden (H), attention
 # (heads x head_dim, kv_heads x head_dim) and MLP (I) width: norms, q/k/v with their rotary copies,

@@ -14,9 +14,13 @@ and a 7B model; these functions size the same knobs for the job at hand:
 
 Fail-safe: every phase is sized to (1 - SAFETY_MARGIN) of the GPU by an estimate that over-predicts the
 actor's update (bench/fit/RESULTS.md: up to +104 %) and whose worst under-prediction measured on an H200 was
-20.2 % (the reference forward): 1 / (1 - 0.2) = 1.25 covers it. Where an input is unknown (no GPU memory,
-a model shape the estimate does not know) or not even the smallest setting fits, nothing is sized and the
-operator's fixed defaults stay; the fit check then says why. A knob the user set is never sized.
+20.2 % (the reference forward): 1 / (1 - 0.2) = 1.25 covers it. The margin has been overrun once: the log-prob
+forward's logits were counted at 8 bytes an element where verl itself holds 15, so on one H100 the Qwen2.5-1.5B
+benchmark's sized log-prob micro batch (32, estimated 49.6 GiB) peaked at 71.8 GiB allocated and the whole GPU at
+81,015 of 81,559 MiB (bench/gpu/RESULTS.md, 2026-12-06 d); fit.py now counts 15, measured on two model shapes.
+Where an input is unknown (no GPU memory, a model shape the estimate does not know) or not even the smallest
+setting fits, nothing is sized and the operator's fixed defaults stay; the fit check then says why. A knob the
+user set is never sized.
 """
 
 from __future__ import annotations
