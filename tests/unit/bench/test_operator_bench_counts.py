@@ -60,3 +60,22 @@ def test_phases_and_event_reasons_are_counted_per_job() -> None:
     assert bench.describe_counts({"Created": 200, "ClaimNotBound": 26}, 200) == "Created 1.00, ClaimNotBound 0.13"
     assert bench.describe_counts({"Pending": 3, "Running": 7}, 1) == "Running 7, Pending 3"
     assert bench.describe_counts({}, 1) == "none"
+
+
+def test_audit_events_the_apiserver_dropped_mark_the_request_count_as_a_lower_bound() -> None:
+    bench = _bench()
+    metrics = "\n".join([
+        "# HELP apiserver_audit_error_total [ALPHA] Counter of audit events that failed to be audited properly.",
+        "# TYPE apiserver_audit_error_total counter",
+        'apiserver_audit_error_total{plugin="buffered"} 1200',
+        'apiserver_audit_error_total{plugin="log"} 3',
+        "apiserver_audit_event_total 90000",
+    ])
+    assert bench.audit_errors(metrics) == 1203
+    assert bench.audit_errors("apiserver_audit_event_total 5\n") == 0
+    result = bench.BurstResult(2, [3.0, 9.0], [4.0, 5.0], [30.0], {}, 1.0, 0, {("kopf", "watch", "rayjobs"): 2},
+                               (0.0, 0.0, 0.0), 40.0, 1.0, {}, audit_dropped=1203)
+    assert "UNDERCOUNTED: the apiserver dropped 1203 audit events" in bench.report(result)
+    clean = bench.BurstResult(2, [3.0, 9.0], [4.0, 5.0], [30.0], {}, 1.0, 0, {("kopf", "watch", "rayjobs"): 2},
+                              (0.0, 0.0, 0.0), 40.0, 1.0, {})
+    assert "UNDERCOUNTED" not in bench.report(clean)
