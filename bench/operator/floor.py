@@ -51,14 +51,27 @@ async def watch_and_create(namespace: str) -> None:
     session = kube.bounded_session(info, 4)
     path = kube.RESOURCES["GRPOJob"].path(namespace)
     tasks: set[asyncio.Task] = set()
+    handled: set[str] = set()  # UIDs whose children were asked for: a watch started again lists every job again
+    version: str | None = None
     print("floor: watching", namespace, flush=True)
     async with session:
         while True:
-            async with session.get(info.server.rstrip("/") + path, params={"watch": "1"},
-                                   timeout=None) as response:
+            # From where the last watch ended: an apiserver closes the watch of a client too busy to read it (the
+            # burst's renders keep this loop busy), and a watch without a version starts with every job again.
+            params = {"watch": "1", "allowWatchBookmarks": "true", **({"resourceVersion": version} if version else {})}
+            async with session.get(info.server.rstrip("/") + path, params=params, timeout=None) as response:
+                if response.status != 200:  # 429 from priority and fairness while the control plane starts
+                    await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+                    continue
                 async for line in response.content:
                     event = json.loads(line)
-                    if event.get("type") == "ADDED":
+                    if event.get("type") == "ERROR":  # 410 Gone: the version is too old; list anew
+                        version = None
+                        break
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    uid = event["object"]["metadata"].get("uid")
+                    if event.get("type") == "ADDED" and uid not in handled:
+                        handled.add(uid)
                         task = asyncio.create_task(create_children(event["object"]))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
