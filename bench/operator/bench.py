@@ -50,10 +50,10 @@ BENCH_AGENT = "grpo-bench"
 OPERATOR_AGENTS = ("kopf/", "grpo-operator/", "OpenAPI-Generator/")
 API: client.ApiClient  # set by configure_client
 
-# Everything at Metadata level (user agent, verb, resource) except the node heartbeats and leases
-# KWOK and the controllers write all the time, which would only grow the log.
 AUDIT_BUFFER_EVENTS = 200_000
 AUDIT_LOG_MB = 1_000_000
+# Everything at Metadata level (user agent, verb, resource) except the node heartbeats and leases
+# KWOK and the controllers write all the time, which would only grow the log.
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
