@@ -37,8 +37,9 @@ BF16 = 2
 # Log-prob forward with entropy (the old policy): 15. Qwen2.5-0.5B and -1.5B shapes, both at 32 x 768 tokens per
 # log-prob micro batch, peaked at 60.1 and 71.8 GiB allocated: 11.7 GiB apart, which is the 12 bytes per parameter
 # of fp32 weights and AdamW moments between the two shapes (11.73 GiB), so both peaks are this phase, and what is
-# left over is 15 bytes per logit element in each: the bf16 logits, their temperature-scaled copy, softmax, the
-# logsumexp's temporaries, the softmax-logits product, then the packed copy (narrow + cat). 8 had been predicted
+# left over is 15 bytes per logit element in each (only the total is measured; by reading verl's forward: the bf16
+# logits, their temperature-scaled copy, softmax, the logsumexp's temporaries, the softmax-logits product, the packed
+# copy from narrow + cat). 8 had been predicted
 # (the 1.5B peak 49.6 GiB: 31 % under, past the 25 % the sizing's margin covers). Training: 15 as well, an upper
 # bound: the 0.5B update (32 x 768 tokens too) peaked at no more than the 60.1 GiB; not measured on its own.
 # Log-prob forward without entropy (the reference): the logits, the scaled copy and the packed copy, 6; read off
