@@ -39,9 +39,9 @@ BF16 = 2
 # of fp32 weights and AdamW moments between the two shapes (11.73 GiB), so both peaks are this phase, and what is
 # left over is 15 bytes per logit element in each (only the total is measured; by reading verl's forward: the bf16
 # logits, their temperature-scaled copy, softmax, the logsumexp's temporaries, the softmax-logits product, the packed
-# copy from narrow + cat). 8 had been predicted
-# (the 1.5B peak 49.6 GiB: 31 % under, past the 25 % the sizing's margin covers). Training: 15 as well, an upper
-# bound: the 0.5B update (32 x 768 tokens too) peaked at no more than the 60.1 GiB; not measured on its own.
+# copy from narrow + cat). 8 had been predicted (for the 1.5B shape 49.6 GiB: the measured peak 45 % above it,
+# where the sizing's margin covers 25 %). Training: 15 as well, an upper bound: the 0.5B update (32 x 768 tokens
+# too) peaked at no more than the 60.1 GiB; not measured on its own.
 # Log-prob forward without entropy (the reference): the logits, the scaled copy and the packed copy, 6; read off
 # verl's forward (workers/engine/fsdp/transformer_impl.py), not measured alone.
 LOGIT_BYTES_TRAIN = 15
