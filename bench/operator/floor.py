@@ -14,14 +14,15 @@ Not a product component: it would create children for invalid specs and never re
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
+from typing import Any
 
 import kopf
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import plan
 from grpo_operator.render import NetworkPeers, render_children
 from grpo_operator.runtime import kube
+from grpo_operator.runtime.watch import ChildWatch
 
 
 def children_of(job: dict) -> list[dict]:
@@ -46,35 +47,23 @@ async def watch_and_create(namespace: str) -> None:
 
     client = kube.Client(login, max_connections=32)
     kube.configure(client)
-    info = await login()
-    assert info is not None, "no kubeconfig"
-    session = kube.bounded_session(info, 4)
-    path = kube.RESOURCES["GRPOJob"].path(namespace)
     tasks: set[asyncio.Task] = set()
-    handled: set[str] = set()  # UIDs whose children were asked for: a watch started again lists every job again
-    version: str | None = None
+    handled: set[str] = set()  # UIDs whose children were asked for: a relist (after a 410) reports every job again
+
+    def on_event(kind: str, job: dict[str, Any]) -> None:
+        uid = job["metadata"]["uid"]
+        if kind == "ADDED" and uid not in handled:
+            handled.add(uid)
+            task = asyncio.create_task(create_children(job))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    # The operator's own list-then-watch (as for RayJobs): it resumes from the last resource version when the
+    # apiserver ends a watch (it does, often, for a reader as busy rendering as this loop in a burst), so no job is
+    # listed again unless the version expired.
+    watch = ChildWatch(client, kube.RESOURCES["GRPOJob"].path(namespace), "", on_event)
     print("floor: watching", namespace, flush=True)
-    async with session:
-        while True:
-            # From where the last watch ended: an apiserver closes the watch of a client too busy to read it (the
-            # burst's renders keep this loop busy), and a watch without a version starts with every job again.
-            params = {"watch": "1", "allowWatchBookmarks": "true", **({"resourceVersion": version} if version else {})}
-            async with session.get(info.server.rstrip("/") + path, params=params, timeout=None) as response:
-                if response.status != 200:  # 429 from priority and fairness while the control plane starts
-                    await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
-                    continue
-                async for line in response.content:
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":  # 410 Gone: the version is too old; list anew
-                        version = None
-                        break
-                    version = event["object"]["metadata"]["resourceVersion"]
-                    uid = event["object"]["metadata"].get("uid")
-                    if event.get("type") == "ADDED" and uid not in handled:
-                        handled.add(uid)
-                        task = asyncio.create_task(create_children(event["object"]))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+    await watch.run_forever()
 
 
 if __name__ == "__main__":
