@@ -265,6 +265,9 @@ class BurstResult:
     event_reasons: dict[str, int] = field(default_factory=dict)
     # The operator's RSS each second of the burst (monotonic time, bytes): where the peak falls.
     rss_timeline: list[tuple[float, int]] = field(default_factory=list)
+    # The operator's CPU seconds so far, each second (monotonic time, seconds): what the creation burst cost apart
+    # from keeping the jobs afterwards, which grows with however long the simulated cluster takes to bind them all.
+    cpu_timeline: list[tuple[float, float]] = field(default_factory=list)
     # The operator's CPU seconds per second just after the count, its jobs still there: what it costs to keep them
     # (leases, timers), plus whatever KubeRay still sends about clusters it has not finished starting.
     idle_cpu_rate: float = float("nan")
@@ -313,7 +316,8 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
     cpu_before, load = cpu_seconds(pid), os.getloadavg()
     started = time.monotonic()
     timeline: list[tuple[float, int]] = []
-    sampler = threading.Thread(target=sample_rss, args=(pid, timeline, stop), daemon=True)
+    cpu_timeline: list[tuple[float, float]] = []
+    sampler = threading.Thread(target=sample_rss, args=(pid, timeline, stop, cpu_timeline), daemon=True)
     sampler.start()
     create_all(namespace, [job_manifest(n, gpus, preflight=preflight) for n in names])
 
@@ -352,6 +356,7 @@ def run_burst(cluster: LocalCluster, operator: OperatorProcess | FloorProcess, a
     sampler.join()
     return BurstResult(jobs, ours, kuberay, bound, missing, cpu, vm_hwm_bytes(pid), requests, load, wall,
                        created_over, samples, *phases_and_event_reasons(namespace), rss_timeline=timeline,
+                       cpu_timeline=[(t, c - cpu_before) for t, c in cpu_timeline],
                        idle_cpu_rate=idle_rate, audit_dropped=dropped)
 
 
@@ -363,12 +368,30 @@ def apiserver_metrics() -> str:
     return response.read().decode()
 
 
-def sample_rss(pid: int, timeline: list[tuple[float, int]], stop: threading.Event) -> None:
-    """The RSS now (before the first create) and each second after, until stopped."""
+def sample_rss(pid: int, timeline: list[tuple[float, int]], stop: threading.Event,
+               cpu_timeline: list[tuple[float, float]] | None = None) -> None:
+    """The RSS (and the CPU seconds so far) now, before the first create, and each second after, until stopped."""
     while True:
-        timeline.append((time.monotonic(), rss_bytes(pid)))
+        now = time.monotonic()
+        timeline.append((now, rss_bytes(pid)))
+        if cpu_timeline is not None:
+            cpu_timeline.append((now, cpu_seconds(pid)))
         if stop.wait(1.0):
             return
+
+
+def cpu_split(result: BurstResult) -> str:
+    """The operator's CPU until the first sample after the last RayJob came (the creation burst), per job, and its
+    rate after that until the count (keeping the jobs while the cluster binds their pods)."""
+    last_rayjob = max((t["rayjob"] for t in result.samples.values() if "rayjob" in t), default=None)
+    if last_rayjob is None or not result.cpu_timeline:
+        return "no CPU split: no RayJob came, or no CPU samples"
+    at, burst = next(((t, c) for t, c in result.cpu_timeline if t >= last_rayjob), result.cpu_timeline[-1])
+    end, total = result.cpu_timeline[-1]
+    after = f"{(total - burst) / (end - at) * 1000:.0f} ms/s over the {end - at:.0f}s after it" if end > at else \
+        "no samples after it"
+    return (f"CPU until the last RayJob: {burst:.1f}s ({burst / result.jobs * 1000:.0f} ms/job); {after} "
+            f"({(total - burst) / result.jobs * 1000:.0f} ms/job)")
 
 
 def rss_milestones(result: BurstResult) -> str:
@@ -454,6 +477,7 @@ def report(result: BurstResult) -> str:
            f"(apiserver_audit_error_total); the requests above are a lower bound"] if result.audit_dropped else []),
         f"  not reached: {result.missing}",
         f"  {rss_milestones(result)}",
+        f"  {cpu_split(result)}",
         f"  operator CPU in the {IDLE_SECONDS:.0f}s after the count (KubeRay may still be starting clusters): "
         f"{result.idle_cpu_rate * 1000:.0f} ms/s",
         f"  GRPOJob phases at the end: {describe_counts(result.phases, 1)}",

@@ -3,11 +3,12 @@ condition, pods that cannot start (no node, an image that cannot be pulled, a cr
 
 The operator watches no PVCs, pods or Events (a cluster-wide watch of any of them costs more than these few
 reads): a waiting job gets a timer instead, every `storage_check_seconds`, until it leaves Preflight and Pending.
-The jobs waiting in a namespace share one list of its claims, one of their Events (read until every claim of the
-job is bound) and one of the names of its pods that have Warning Events; a job's own pods are read only when one
-of them is among those (or a problem was reported and may be gone). A claim that a provisioner is still working
-on is given `claim_provisioning_grace_seconds` before it is reported. What the claims and their Events mean is
-decided in `storage.py`, what the pods' states mean in `pods.py`.
+The jobs waiting in a namespace share one list of its claims (read for a job until every claim it mounts was seen
+bound, then not again until the job changes or one of its pods waits for a claim to bind), one of their Events (read
+until every claim of the job is bound) and one of the names of its pods that have Warning Events; a job's own pods
+are read only when one of them is among those (or a problem was reported and may be gone). A claim that a
+provisioner is still working on is given `claim_provisioning_grace_seconds` before it is reported. What the claims and
+their Events mean is decided in `storage.py`, what the pods' states mean in `pods.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ WAITING_CHECKS = Retries()
 CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 
 
+@dataclass(frozen=True)
+class _Warnings:
+    """A namespace's pod Warnings, by every name a job's pods could have been named after (`pods.by_job_name`) ->
+    the newest: the problems (`pods.newest_warnings`), and the scheduler's waits for claims to bind."""
+
+    problems: dict[str, str]
+    claim_waits: dict[str, str]
+
+
 # The jobs that wait in a namespace share one list of its claims and one of their Events, each read at most once per
 # check period: per job, the check read each claim it mounts and the Events of each unbound one (most of a burst's
 # requests per job, bench/operator/RESULTS.md). Remembered for a whole period, not 5 s: each job looks once a period
@@ -44,7 +54,7 @@ CLAIMS_CHECKED_IN = ("Preflight", "Pending")
 _SHARED_SECONDS = SETTINGS.storage_check_seconds
 _CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
 _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
-_WARNED_PODS: SharedLookups[dict[str, str]] = SharedLookups(_SHARED_SECONDS)
+_WARNED_PODS: SharedLookups[_Warnings] = SharedLookups(_SHARED_SECONDS)
 _NODEPOOLS: SharedLookups[list[NodePoolView]] = SharedLookups(_SHARED_SECONDS)
 _WORKLOADS: SharedLookups[list[dict]] = SharedLookups(_SHARED_SECONDS)
 
@@ -105,8 +115,8 @@ async def check_waiting(namespace: str, name: str) -> None:
     if not waiting and not seen.said_false(pods.CONDITION) and not seen.said_false(queueing.CONDITION):
         forget(namespace, name)
         return
-    found = (await _claims_update(namespace, seen) if waiting else None, await _queue_update(namespace, seen, waiting),
-             await _pods_update(namespace, name, seen, waiting))
+    found = (await _claims_update(namespace, name, seen) if waiting else None,
+             await _queue_update(namespace, seen, waiting), await _pods_update(namespace, name, seen, waiting))
     updates = [u for u in found if u is not None and not seen.holds(u)]
     if updates:
         await _write(namespace, name, updates)
@@ -184,6 +194,15 @@ async def _seen(namespace: str, name: str) -> _Seen | None:
 def forget(namespace: str, name: str) -> None:
     """The job is gone, or waits no more: nothing of it is kept."""
     _SEEN.pop((namespace, name), None)
+    _ALL_BOUND.pop((namespace, name), None)
+
+
+# (namespace, name) -> the version of the job (its view) at which every claim it mounts was seen Bound. A bound claim
+# stays bound, so the claims are not looked at again until the job changes: with 1000 jobs waiting for KubeRay long
+# after their claims had bound, the namespace's claim list, read and decoded every period for them, was more than
+# half of the waiting check's CPU (bench/operator/RESULTS.md, tenth round). A claim deleted and made again is seen
+# through the scheduler: a pod of the job that waits for a claim to bind has its claims looked at again.
+_ALL_BOUND: dict[tuple[str, str], _Seen] = {}
 
 
 def waits(job: dict) -> bool:
@@ -197,12 +216,19 @@ def waits(job: dict) -> bool:
     return phase == "Suspended" and not user_suspended and watched is not None and watched.queue is not None
 
 
-async def _claims_update(namespace: str, seen: _Seen) -> ConditionUpdate | None:
+async def _claims_update(namespace: str, name: str, seen: _Seen) -> ConditionUpdate | None:
     watched = seen.watched
     if watched is None:
         return None
+    reported = seen.said_false(storage.CONDITION)
+    if _ALL_BOUND.get((namespace, name)) is seen:
+        if not pods.may_be_of(name, (await _warnings(namespace)).claim_waits):
+            return storage.storage_condition([], reported)
+        del _ALL_BOUND[(namespace, name)]  # a pod of the job waits for a claim to bind: one was made again
     claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
     facts = [claims.get(c) for c in watched.claims]
+    if all(f is not None and f.phase == "Bound" for f in facts):
+        _ALL_BOUND[(namespace, name)] = seen
     problems = []
     now = datetime.now(UTC)
     for (claim, field), found in zip(watched.claims.items(), facts, strict=True):
@@ -212,7 +238,7 @@ async def _claims_update(namespace: str, seen: _Seen) -> ConditionUpdate | None:
                                       seconds_since(found.created, now), SETTINGS.claim_provisioning_grace_seconds)
             if problem is not None:
                 problems.append(problem)
-    return storage.storage_condition(problems, seen.said_false(storage.CONDITION))
+    return storage.storage_condition(problems, reported)
 
 
 async def _queue_update(namespace: str, seen: _Seen, waiting: bool) -> ConditionUpdate | None:
@@ -231,7 +257,7 @@ async def _pods_update(namespace: str, name: str, seen: _Seen, waiting: bool) ->
     reported = seen.said_false(pods.CONDITION)
     if not waiting:
         return pods.pods_condition([], reported, [])  # it runs: what was said is over
-    warned = await _WARNED_PODS.lookup(namespace, lambda: _warned_pods(namespace), keep=always)
+    warned = (await _warnings(namespace)).problems
     if not reported and not pods.may_be_of(name, warned):
         return None
     found = [p for p in map(pods.pod_problem, await kube.job_pods(namespace, name)) if p is not None]
@@ -246,8 +272,12 @@ async def _pods_update(namespace: str, name: str, seen: _Seen, waiting: bool) ->
     return pods.pods_condition(found, reported, autoscalers)
 
 
-async def _warned_pods(namespace: str) -> dict[str, str]:
-    return pods.by_job_name(pods.newest_warnings(await kube.pod_warnings_in(namespace)))
+async def _warnings(namespace: str) -> _Warnings:
+    async def read() -> _Warnings:
+        found = await kube.pod_warnings_in(namespace)
+        return _Warnings(pods.by_job_name(pods.newest_warnings(found)),
+                         pods.by_job_name(pods.newest_claim_waits(found)))
+    return await _WARNED_PODS.lookup(namespace, read, keep=always)
 
 
 async def _autoscalers(job: dict, problems: list[pods.PodProblem]) -> list[str]:

@@ -12,7 +12,7 @@ Pure: the handlers read the pods (only those of jobs that have Warning Events) a
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -119,9 +119,19 @@ def newest_warnings(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Pod name -> the time of its newest Warning, leaving out the scheduler's waits (`only_waits`): in a burst every
     pod may get one before its claims bind, and every head one before its actor is placed; reading the pods of each
     such job every check period was most of a 1000-job burst's requests (bench/operator/RESULTS.md, issue 34)."""
+    return _newest(events, lambda message: not only_waits(message))
+
+
+def newest_claim_waits(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod name -> the time of its newest Warning that it waits for its claims to bind: the claims' check looks at
+    the claims of such a pod's job again, even where it had seen them all bound (a claim deleted and made again)."""
+    return _newest(events, lambda message: _UNBOUND_CLAIMS in message)
+
+
+def _newest(events: Sequence[Mapping[str, Any]], keep: Callable[[str], bool]) -> dict[str, str]:
     newest: dict[str, str] = {}
     for event in events:
-        if only_waits(str(event.get("message") or "")):
+        if not keep(str(event.get("message") or "")):
             continue
         name = str((event.get("involvedObject") or {}).get("name", ""))
         when = str(event.get("lastTimestamp") or event.get("eventTime") or "")

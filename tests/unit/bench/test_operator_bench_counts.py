@@ -79,3 +79,16 @@ def test_audit_events_the_apiserver_dropped_mark_the_request_count_as_a_lower_bo
     clean = bench.BurstResult(2, [3.0, 9.0], [4.0, 5.0], [30.0], {}, 1.0, 0, {("kopf", "watch", "rayjobs"): 2},
                               (0.0, 0.0, 0.0), 40.0, 1.0, {})
     assert "UNDERCOUNTED" not in bench.report(clean)
+
+
+def test_cpu_is_split_at_the_first_sample_after_the_last_rayjob() -> None:
+    bench = _bench()
+    samples = {"job-0": {"grpojob": 100.0, "rayjob": 101.5}, "job-1": {"grpojob": 100.2, "rayjob": 103.2},
+               "job-2": {"grpojob": 100.4}}
+    cpu = [(100.0, 0.0), (101.0, 0.5), (102.0, 1.0), (103.0, 1.4), (104.0, 1.6), (106.0, 1.8), (110.0, 2.0)]
+    result = bench.BurstResult(3, [], [], [], {}, 2.0, 0, {}, (0.0, 0.0, 0.0), 10.0, 0.4, samples, cpu_timeline=cpu)
+    # The last RayJob came at 103.2: the burst is 1.6 s of CPU by the 104.0 sample, 0.4 s over the 6 s after it.
+    assert bench.cpu_split(result) == ("CPU until the last RayJob: 1.6s (533 ms/job); 67 ms/s over the 6s after it "
+                                       "(133 ms/job)")
+    assert bench.cpu_split(bench.BurstResult(3, [], [], [], {}, 2.0, 0, {}, (0.0, 0.0, 0.0), 10.0, 0.4,
+                                             {"job-0": {"grpojob": 100.0}}, cpu_timeline=cpu)).startswith("no CPU")

@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from grpo_operator.reconcile.pods import by_job_name, may_be_of, newest_warnings, pod_problem, pods_condition
+from grpo_operator.reconcile.pods import (
+    by_job_name,
+    may_be_of,
+    newest_claim_waits,
+    newest_warnings,
+    pod_problem,
+    pods_condition,
+)
 from grpo_operator.reconcile.status import said_false
 
 
@@ -130,3 +137,16 @@ def test_a_head_unschedulable_only_for_its_actor_is_not_said_but_one_the_actors_
     assert pod_problem(head(WAITS_FOR_ITS_ACTOR), NOW) is None
     problem = pod_problem(head(ACTORS_NODE_FULL), NOW)
     assert problem is not None and problem.reason == "Unschedulable"
+
+
+def test_claim_waits_are_told_apart_from_the_problems_of_pods() -> None:
+    events = [
+        {"involvedObject": {"name": "job-a"}, "lastTimestamp": "2026-12-05T11:59:00Z",
+         "message": "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: ..."},
+        {"involvedObject": {"name": "job-a"}, "lastTimestamp": "2026-12-05T11:59:30Z",
+         "message": "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: ..."},
+        {"involvedObject": {"name": "job-b"}, "lastTimestamp": "2026-12-05T11:59:40Z",
+         "message": "Failed to pull image \"trainer:missing\""},
+    ]
+    assert newest_claim_waits(events) == {"job-a": "2026-12-05T11:59:30Z"}
+    assert newest_warnings(events) == {"job-b": "2026-12-05T11:59:40Z"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -55,3 +56,63 @@ def test_a_job_is_parsed_again_only_once_it_has_changed(monkeypatch: pytest.Monk
     assert second.revision == 8 and not second.waits and not second.said_false("ClaimsBound")
     binding.forget("ns", "job")
     assert binding._SEEN == {}
+
+
+def _claims_seen(revision: int, conditions: tuple = ()) -> binding._Seen:
+    watched = binding._Watched({"ckpt": "checkpoints.volume", "models": "model.claimName"}, None, {})
+    return binding._Seen(revision, True, watched, conditions)
+
+
+def test_claims_seen_bound_are_not_listed_again_until_the_job_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    phases = {"ckpt": "Pending", "models": "Bound"}
+    lists: list[str] = []
+
+    async def claims_in(namespace: str) -> dict[str, kube.ClaimFacts]:
+        lists.append(namespace)
+        return {name: kube.ClaimFacts(("ReadWriteOnce",), phase, "2026-12-06T00:00:00Z")
+                for name, phase in phases.items()}
+
+    async def no_events(namespace: str) -> dict[str, list[dict]]:
+        return {}
+
+    warnings: list[dict] = []
+
+    async def pod_warnings_in(namespace: str) -> list[dict]:
+        return warnings
+
+    monkeypatch.setattr(kube, "claims_in", claims_in)
+    monkeypatch.setattr(kube, "claim_events_in", no_events)
+    monkeypatch.setattr(kube, "pod_warnings_in", pod_warnings_in)
+    for lookups in ("_CLAIMS", "_EVENTS", "_WARNED_PODS"):
+        monkeypatch.setattr(binding, lookups, binding.SharedLookups(0))
+    monkeypatch.setattr(binding, "_ALL_BOUND", {})
+    first = _claims_seen(7)
+
+    async def update(seen: binding._Seen) -> ConditionUpdate | None:
+        return await binding._claims_update("ns", "job", seen)
+
+    # One claim still unbound (and no Events: it has waited past the grace since 2026-12-06): reported, and
+    # looked at on every check.
+    problem = asyncio.run(update(first))
+    assert problem is not None and problem.status == "False" and "ckpt" in problem.message
+    asyncio.run(update(first))
+    assert len(lists) == 2
+    phases["ckpt"] = "Bound"
+    assert asyncio.run(update(first)) is None  # bound now; nothing was said of it on this version of the job
+    assert len(lists) == 3
+    assert asyncio.run(update(first)) is None
+    assert len(lists) == 3, "a job whose claims were all seen bound lists them no more"
+    # The job changed (a False said before): listed once more, and the True that ends it still comes.
+    said = _claims_seen(8, (("ClaimsBound", "False", "ProvisioningFailed", "no class"),))
+    ended = asyncio.run(update(said))
+    assert ended is not None and ended.status == "True" and len(lists) == 4
+    assert asyncio.run(update(said)) == ended and len(lists) == 4
+    # A pod of the job waits for a claim to bind (it was deleted and made again): the claims are listed again.
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    warnings.append({"involvedObject": {"kind": "Pod", "name": "job-raycluster-x-head-abcde"}, "lastTimestamp": now,
+                     "message": "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."})
+    phases["ckpt"] = "Pending"
+    again = asyncio.run(update(said))
+    assert again is not None and again.status == "False" and len(lists) == 5
+    binding.forget("ns", "job")
+    assert binding._ALL_BOUND == {}
