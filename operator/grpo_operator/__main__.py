@@ -18,6 +18,7 @@ import sys
 import kopf
 
 from grpo_operator import leader, runner
+from grpo_operator.runtime import memory
 from grpo_operator.settings import OperatorSettings
 
 
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         # the CPU to format them, saying nothing a failure would not (failures log at WARNING and up).
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = OperatorSettings.from_env()
+    memory.bound_tls_read_buffer(settings.tls_read_buffer_bytes)  # before kopf or a client connects
     namespaces = args.namespace or list(settings.namespaces)
 
     import grpo_operator.reconcile  # noqa: F401  registers the handlers

@@ -98,6 +98,9 @@ class OperatorSettings:
     # HTTP connections of each session (kopf's, whose watches take one each, and the handlers');
     # unbounded, a burst opens hundreds, each with its own TLS buffers.
     max_connections: int = 32
+    # Bytes asyncio reads from each TLS connection's socket at once (memory.py says why not its 256 KiB); 0 keeps
+    # Python's own.
+    tls_read_buffer_bytes: int = 64 * 1024
     # Jobs being created or resynced at once; the rest of a burst (or of a restart's listing) waits its turn.
     max_jobs_in_flight: int = 64
     # How long kopf keeps an object's worker (and the object's body) after its last event.
@@ -136,6 +139,7 @@ class OperatorSettings:
                     env.get(prefix + "CLAIM_PROVISIONING_GRACE_SECONDS", cls.claim_provisioning_grace_seconds)
                 ),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
+                tls_read_buffer_bytes=int(env.get(prefix + "TLS_READ_BUFFER_BYTES", cls.tls_read_buffer_bytes)),
                 max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
                 heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),

@@ -10,6 +10,7 @@ this task lets glibc release what is free. With 1000 jobs present: bench/operato
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import ctypes
 import ctypes.util
 import gc
@@ -62,3 +63,18 @@ def tune_gc(young_threshold: int) -> None:
     if young_threshold > 0:
         _, middle, old = gc.get_threshold()
         gc.set_threshold(young_threshold, middle, old)
+
+
+def bound_tls_read_buffer(size: int) -> None:
+    """asyncio's TLS connections each read their socket into a buffer of `size` bytes instead of 256 KiB (0: leave
+    Python's).
+
+    asyncio gives every TLS connection a zero-filled 256 KiB read buffer when it opens (`SSLProtocol.max_size`), and
+    in a burst kopf's and the handlers' sessions hold up to `max_connections` connections each (32 + 32: up to
+    16 MiB). With 64 KiB the peak RSS of a 1000-job burst went from 156 to 149 MiB, under the 150 MiB target
+    (bench/operator/RESULTS.md, tenth round, issue 34). A TLS record is at most 16 KiB, so 64 KiB still takes
+    several records per read; a larger answer takes more reads, not more time worth counting.
+    Set before the first connection: a connection keeps the buffer it was opened with.
+    """
+    if size > 0:
+        asyncio.sslproto.SSLProtocol.max_size = size

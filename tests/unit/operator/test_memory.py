@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import gc
 import itertools
+import os
 import platform
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from grpo_devcluster import pki
 from grpo_operator.runtime import memory
 
 
@@ -63,3 +68,47 @@ def test_young_threshold_zero_keeps_pythons_own(restored_gc: object) -> None:
     before = gc.get_threshold()
     memory.tune_gc(0)
     assert gc.get_threshold() == before
+
+
+@pytest.fixture
+def restored_tls_read_size() -> Iterator[None]:
+    size = asyncio.sslproto.SSLProtocol.max_size
+    yield
+    asyncio.sslproto.SSLProtocol.max_size = size
+
+
+def test_tls_connections_read_through_the_bounded_buffer_and_get_a_large_answer_whole(
+    tmp_path: Path, restored_tls_read_size: object
+) -> None:
+    keys = pki.generate(tmp_path, "127.96.0.1")
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(keys.serving_cert, keys.serving_key)
+    trusting = ssl.create_default_context(cafile=str(keys.ca_cert))
+    answer = os.urandom(3 << 20)  # as large as a namespace's list of a thousand claims
+    memory.bound_tls_read_buffer(64 * 1024)
+
+    async def scenario() -> tuple[int, bytes]:
+        async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=serving)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusting)
+        buffer = len(writer.transport._ssl_protocol._ssl_buffer)  # type: ignore[attr-defined]
+        received = await reader.read()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return buffer, received
+
+    buffer, received = asyncio.run(scenario())
+    assert buffer == 64 * 1024
+    assert received == answer
+
+
+def test_a_tls_read_buffer_of_zero_keeps_pythons_own(restored_tls_read_size: object) -> None:
+    before = asyncio.sslproto.SSLProtocol.max_size
+    memory.bound_tls_read_buffer(0)
+    assert asyncio.sslproto.SSLProtocol.max_size == before == 256 * 1024

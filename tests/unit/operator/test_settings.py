@@ -31,8 +31,10 @@ def test_tuning_variables_override_the_defaults() -> None:
         "GRPO_OPERATOR_NAMESPACES": "team-a, team-b,",
         "GRPO_OPERATOR_DRIVER_FLOOR": "0",
         "GRPO_OPERATOR_AUTOSCALING": "always",
+        "GRPO_OPERATOR_TLS_READ_BUFFER_BYTES": "0",
     })
     assert (settings.max_jobs_in_flight, settings.error_retry_seconds, settings.max_connections) == (8, 2.5, 16)
+    assert settings.tls_read_buffer_bytes == 0 and OperatorSettings.from_env({}).tls_read_buffer_bytes == 64 * 1024
     assert settings.driver_floor == 0 and OperatorSettings.from_env({}).driver_floor == 580
     assert settings.autoscaling == "always" and OperatorSettings.from_env({}).autoscaling == "auto"
     assert settings.namespaces == ("team-a", "team-b")
