@@ -27,6 +27,18 @@ def _autoscaling(text: str, variable: str) -> Literal["auto", "always", "never"]
     raise ValueError(f"{variable}={text!r}: expected auto, always or never")
 
 
+# A TLS record's largest plaintext: a smaller read buffer would take a record in several event-loop turns.
+TLS_RECORD_BYTES = 16 * 1024
+
+
+def _tls_read_buffer(text: str, variable: str) -> int:
+    value = int(text)
+    if value == 0 or value >= TLS_RECORD_BYTES:
+        return value
+    raise ValueError(f"{variable}={text!r}: expected 0 (Python's own 256 KiB) or at least {TLS_RECORD_BYTES}, "
+                     "a TLS record's size")
+
+
 def _json_object(text: str, variable: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -139,7 +151,10 @@ class OperatorSettings:
                     env.get(prefix + "CLAIM_PROVISIONING_GRACE_SECONDS", cls.claim_provisioning_grace_seconds)
                 ),
                 max_connections=int(env.get(prefix + "MAX_CONNECTIONS", cls.max_connections)),
-                tls_read_buffer_bytes=int(env.get(prefix + "TLS_READ_BUFFER_BYTES", cls.tls_read_buffer_bytes)),
+                tls_read_buffer_bytes=_tls_read_buffer(
+                    env.get(prefix + "TLS_READ_BUFFER_BYTES", str(cls.tls_read_buffer_bytes)),
+                    prefix + "TLS_READ_BUFFER_BYTES",
+                ),
                 max_jobs_in_flight=int(env.get(prefix + "MAX_JOBS_IN_FLIGHT", cls.max_jobs_in_flight)),
                 worker_idle_seconds=float(env.get(prefix + "WORKER_IDLE_SECONDS", cls.worker_idle_seconds)),
                 heap_trim_seconds=float(env.get(prefix + "HEAP_TRIM_SECONDS", cls.heap_trim_seconds)),

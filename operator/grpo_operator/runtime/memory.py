@@ -1,4 +1,5 @@
-"""Hand the heap's free pages back to the OS: glibc's malloc_trim, every few seconds.
+"""The operator's memory: the heap's free pages handed back to the OS (glibc's malloc_trim, every few seconds), the
+cyclic collector tuned, asyncio's per-connection TLS buffer bounded.
 
 A burst of GRPOJobs parses thousands of watch events and API answers; once handled, nearly all of
 it is garbage, but an allocator keeps freed memory for reuse, so the operator's RSS stayed at the
@@ -74,7 +75,7 @@ def bound_tls_read_buffer(size: int) -> None:
     16 MiB). With 64 KiB the peak RSS of a 1000-job burst went from 156 to 149 MiB, under the 150 MiB target
     (bench/operator/RESULTS.md, tenth round, issue 34). A TLS record is at most 16 KiB, so 64 KiB still takes
     several records per read; a larger answer takes more reads, not more time worth counting.
-    Set before the first connection: a connection keeps the buffer it was opened with.
+    Set before the first connection: a connection opened before keeps its larger buffer.
     """
     if size > 0:
         asyncio.sslproto.SSLProtocol.max_size = size

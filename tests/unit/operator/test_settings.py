@@ -45,3 +45,7 @@ def test_a_bad_value_stops_the_operator_with_the_variable_family_named() -> None
         OperatorSettings.from_env({"GRPO_OPERATOR_MAX_JOBS_IN_FLIGHT": "many"})
     with pytest.raises(SystemExit, match="GRPO_OPERATOR_AUTOSCALING='sometimes': expected auto, always or never"):
         OperatorSettings.from_env({"GRPO_OPERATOR_AUTOSCALING": "sometimes"})
+    for tiny in ("4096", "-1"):
+        refusal = f"GRPO_OPERATOR_TLS_READ_BUFFER_BYTES='{tiny}': expected 0 .* or at least 16384"
+        with pytest.raises(SystemExit, match=refusal):
+            OperatorSettings.from_env({"GRPO_OPERATOR_TLS_READ_BUFFER_BYTES": tiny})
