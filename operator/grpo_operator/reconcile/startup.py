@@ -106,8 +106,8 @@ async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSessio
     """kopf's own credentials, in an HTTP session with a bounded connection pool.
 
     kopf's session allows unlimited connections: in a burst every object's worker opens its own
-    TLS connection, each holding asyncio's 256 KiB SSL buffer (484 connections, 60 MB, for 300
-    jobs). Requests beyond the bound wait for a free connection instead.
+    TLS connection, each holding asyncio's TLS read buffer (at Python's own 256 KiB: 484 connections, 60 MB,
+    for 300 jobs). Requests beyond the bound wait for a free connection instead.
     """
     info = kube.credentials(settings)
     if info is None:

@@ -32,8 +32,9 @@ GROUP, VERSION, PLURAL = "grpo.dev", "v1alpha1", "grpojobs"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = f"grpo-operator/{__version__}"
-# An idle TLS connection holds asyncio's 256 KiB read buffer: a burst opens the whole pool, and at
-# aiohttp's default 15 s keep-alive a steady trickle of events keeps it all open afterwards.
+# An idle TLS connection holds asyncio's read buffer (64 KiB as memory.bound_tls_read_buffer sets it, Python's own
+# 256 KiB): a burst opens the whole pool, and at aiohttp's default 15 s keep-alive a steady trickle of events keeps
+# it all open afterwards.
 KEEPALIVE_SECONDS = 2.0
 
 log = logging.getLogger("grpo_operator.kube")
@@ -204,8 +205,9 @@ def bounded_session(
     """An HTTP session with `info`'s credentials, at most `max_connections` connections, kept `keepalive` seconds.
 
     kopf's session (the login handler), the handlers' Client and the leader elector's are made here: unbounded, a
-    burst opens a connection per object, each with asyncio's 256 KiB TLS buffer, and at aiohttp's default 15 s
-    keep-alive a trickle of events keeps them all open; the elector's one connection is kept past its retry period.
+    burst opens a connection per object, each with asyncio's TLS read buffer (memory.bound_tls_read_buffer), and at
+    aiohttp's default 15 s keep-alive a trickle of events keeps them all open; the elector's one connection is kept
+    past its retry period.
     """
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(
