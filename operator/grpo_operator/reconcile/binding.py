@@ -7,8 +7,9 @@ The jobs waiting in a namespace share one list of its claims (read for a job unt
 bound, then not again until the job changes or one of its pods waits for a claim to bind), one of their Events (read
 until every claim of the job is bound) and one of the names of its pods that have Warning Events; a job's own pods
 are read only when one of them is among those (or a problem was reported and may be gone). A claim that a
-provisioner is still working on is given `claim_provisioning_grace_seconds` before it is reported. What the claims and
-their Events mean is decided in `storage.py`, what the pods' states mean in `pods.py`.
+provisioner is still working on is given `claim_provisioning_grace_seconds` before it is reported, counted from when
+its provisioning was asked for or, while other claims of its StorageClass keep binding, from the last of those. What
+the claims and their Events mean is decided in `storage.py`, what the pods' states mean in `pods.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from grpo_operator.reconcile import pods, queueing, storage
 from grpo_operator.reconcile.autoscaling import NodePoolView, autoscalers_for
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
-from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions, seconds_since
+from grpo_operator.reconcile.status import ConditionUpdate, merge_conditions
 from grpo_operator.runtime import events, kube
 from grpo_operator.runtime.job_cache import revision_of
 from grpo_operator.runtime.lookups import SharedLookups, always
@@ -225,20 +226,32 @@ async def _claims_update(namespace: str, name: str, seen: _Seen) -> ConditionUpd
         if not pods.may_be_of(name, (await _warnings(namespace)).claim_waits):
             return storage.storage_condition([], reported)
         del _ALL_BOUND[(namespace, name)]  # a pod of the job waits for a claim to bind: one was made again
-    claims = await _CLAIMS.lookup(namespace, lambda: kube.claims_in(namespace), keep=always)
+    claims = await _CLAIMS.lookup(namespace, lambda: _claims_in(namespace), keep=always)
     facts = [claims.get(c) for c in watched.claims]
     if all(f is not None and f.phase == "Bound" for f in facts):
         _ALL_BOUND[(namespace, name)] = seen
     problems = []
-    now = datetime.now(UTC)
+    now, grace = datetime.now(UTC), SETTINGS.claim_provisioning_grace_seconds
     for (claim, field), found in zip(watched.claims.items(), facts, strict=True):
         if found is not None and found.phase != "Bound":
             claim_events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=always)
-            problem = storage.unbound(claim, field, found, claim_events.get(claim, []),
-                                      seconds_since(found.created, now), SETTINGS.claim_provisioning_grace_seconds)
+            events_of = claim_events.get(claim, [])
+            waited = storage.provisioning_wait(found, events_of, _PROGRESS.get(namespace), now, grace)
+            problem = storage.unbound(claim, field, found, events_of, waited, grace)
             if problem is not None:
                 problems.append(problem)
     return storage.storage_condition(problems, reported)
+
+
+# namespace -> what its claim lists showed of the provisioners' progress (storage.binding_progress): a few numbers per
+# StorageClass, kept from one list to the next.
+_PROGRESS: dict[str, storage.BindingProgress] = {}
+
+
+async def _claims_in(namespace: str) -> dict[str, kube.ClaimFacts]:
+    claims = await kube.claims_in(namespace)
+    _PROGRESS[namespace] = storage.binding_progress(_PROGRESS.get(namespace), claims, datetime.now(UTC))
+    return claims
 
 
 async def _queue_update(namespace: str, seen: _Seen, waiting: bool) -> ConditionUpdate | None:

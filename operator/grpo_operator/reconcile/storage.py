@@ -9,13 +9,15 @@ their Events and write what this returns.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
-from grpo_operator.reconcile.status import ConditionUpdate
+from grpo_operator.reconcile.status import ConditionUpdate, seconds_since
 from grpo_operator.runtime.kube import ClaimFacts
 
 CONDITION = "ClaimsBound"
@@ -24,6 +26,9 @@ WAITING_FOR_POD = "WaitForFirstConsumer"
 # A provisioner at work (the PV controller's Normal Events while it waits for one): a problem only once the claim
 # has waited longer than the grace, since a missing provisioner says exactly the same, forever.
 IN_PROGRESS = frozenset({"ExternalProvisioning", "Provisioning"})
+# A provisioner that keeps binding other claims of the class is working through a backlog: a claim still waiting for
+# it is reported once the provisioner has bound none for a grace, or at the latest this many graces after it asked.
+BACKLOG_GRACES = 10
 HINT = (
     "the job's pods cannot start until it binds; see docs/troubleshooting.md#a-claim-does-not-bind "
     "(ReadWriteMany needs a shared-filesystem StorageClass)"
@@ -65,10 +70,56 @@ def _when(event: Mapping[str, Any]) -> str:
                (event.get("metadata") or {}).get("creationTimestamp") or "")
 
 
+@dataclass(frozen=True)
+class BindingProgress:
+    """A namespace's claims at one look, per StorageClass: how many were bound, and since when a look found more bound
+    than the look before (the class's provisioner at work)."""
+
+    at: datetime
+    bound: Mapping[str, int]
+    grew_since: Mapping[str, datetime]
+
+
+def binding_progress(previous: BindingProgress | None, claims: Mapping[str, ClaimFacts],
+                     now: datetime) -> BindingProgress:
+    """This look's progress: a class with more claims bound than at the previous look bound one since then (dated at
+    the previous look, the earliest it can have been: a claim is then reported no later than it should be). Claims
+    deleted may hide a bind; never the other way round."""
+    bound = Counter(f.storage_class for f in claims.values() if f.phase == "Bound")
+    grew = dict(previous.grew_since) if previous is not None else {}
+    if previous is not None:
+        for storage_class, count in bound.items():
+            if count > previous.bound.get(storage_class, 0):
+                grew[storage_class] = previous.at
+    return BindingProgress(now, dict(bound), grew)
+
+
+def _first_asked(events: Sequence[Mapping[str, Any]]) -> str:
+    """When the claim's provisioning was first asked for: its oldest in-progress Event's first time ("" if none)."""
+    times = [str(e.get("firstTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
+                 or "") for e in events if e.get("reason") in IN_PROGRESS and e.get("type") != "Warning"]
+    return min((t for t in times if t), default="")
+
+
+def provisioning_wait(facts: ClaimFacts, events: Sequence[Mapping[str, Any]], progress: BindingProgress | None,
+                      now: datetime, grace: float) -> float:
+    """Seconds the claim has waited on a provisioner that shows no sign of work. From when its provisioning was first
+    asked for: a WaitForFirstConsumer claim is asked for once its pod has a node, which may be long after its creation
+    (the claim's creation when its Events have expired). While other claims of its StorageClass in the namespace keep
+    binding, from the last look that found one newly bound instead, up to `BACKLOG_GRACES` graces after the ask: a
+    thousand claims at once keep a working provisioner busy longer than the grace, and only a missing or stuck one
+    says the same forever."""
+    asked = seconds_since(_first_asked(events) or facts.created, now)
+    grew = progress.grew_since.get(facts.storage_class) if progress is not None else None
+    if grew is None or asked >= BACKLOG_GRACES * grace:
+        return asked
+    return min(asked, (now - grew).total_seconds())
+
+
 def unbound(claim: str, field: str, facts: ClaimFacts, events: Sequence[Mapping[str, Any]],
             waited: float = float("inf"), grace: float = 0.0) -> ClaimProblem | None:
     """The claim's problem from its phase and its newest Event; None when bound, merely waiting for a pod, or
-    being provisioned (or not yet looked at) for less than `grace` seconds (`waited`: since its creation)."""
+    being provisioned (or not yet looked at) for less than `grace` seconds (`waited`: `provisioning_wait`)."""
     if facts.phase == "Bound":
         return None
     latest = max(events, key=_when, default=None)

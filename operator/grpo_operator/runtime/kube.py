@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import random
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -483,11 +484,13 @@ async def patch_rayjob_suspend(namespace: str, name: str, suspend: bool) -> None
 
 @dataclass(frozen=True)
 class ClaimFacts:
-    """What the handlers need of a PersistentVolumeClaim: how it may be mounted, whether it is bound."""
+    """What the handlers need of a PersistentVolumeClaim: how it may be mounted, whether it is bound, and whose
+    provisioner binds it (its StorageClass)."""
 
     access_modes: tuple[str, ...]
     phase: str
     created: str = ""  # metadata.creationTimestamp
+    storage_class: str = ""  # spec.storageClassName; "" for none
 
 
 def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
@@ -495,6 +498,8 @@ def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
         access_modes=tuple((claim.get("spec") or {}).get("accessModes") or ()),
         phase=str((claim.get("status") or {}).get("phase") or "Pending"),
         created=str((claim.get("metadata") or {}).get("creationTimestamp") or ""),
+        # Interned: a namespace's thousand claims name a few classes, and the waiting check keeps them all.
+        storage_class=sys.intern(str((claim.get("spec") or {}).get("storageClassName") or "")),
     )
 
 

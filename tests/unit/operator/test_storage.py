@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from grpo_operator.api import GRPOJobSpec
 from grpo_operator.plan import Plan
 from grpo_operator.reconcile.status import said_false, seconds_since
 from grpo_operator.reconcile.storage import (
+    BACKLOG_GRACES,
+    binding_progress,
     claims_of,
+    provisioning_wait,
     storage_condition,
     unbound,
 )
@@ -72,6 +75,8 @@ def test_the_condition_turns_true_only_after_it_was_false() -> None:
 def test_claim_facts_are_read_from_the_claim() -> None:
     claim = {"spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Bound"}}
     assert claim_facts_of(claim) == ClaimFacts(("ReadWriteOnce",), "Bound", "")
+    claim["spec"]["storageClassName"] = "standard-rwo"
+    assert claim_facts_of(claim).storage_class == "standard-rwo"
     assert claim_facts_of({"spec": {}}) == ClaimFacts((), "Pending")
 
 
@@ -95,3 +100,59 @@ def test_a_claims_wait_is_counted_from_its_creation() -> None:
     now = datetime(2026, 1, 1, 0, 2, 0, tzinfo=UTC)
     assert seconds_since("2026-01-01T00:00:30Z", now) == 90
     assert seconds_since("", now) == float("inf")
+
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _claim(phase: str, storage_class: str = "std", created: str = "2026-01-01T00:00:00Z") -> ClaimFacts:
+    return ClaimFacts(("ReadWriteOnce",), phase, created, storage_class)
+
+
+def _asked(at: str) -> list[dict[str, Any]]:
+    event = _event("ExternalProvisioning", "waiting for a volume to be created by the external provisioner",
+                   "2026-01-01T01:00:00Z", kind="Normal")
+    return [{**event, "firstTimestamp": at}]
+
+
+def test_a_class_that_binds_more_claims_than_at_the_look_before_is_at_work() -> None:
+    first = binding_progress(None, {"a": _claim("Bound"), "b": _claim("Pending")}, START)
+    assert first.bound == {"std": 1} and first.grew_since == {}  # bound before anyone looked: no date to give it
+    later = START + timedelta(seconds=20)
+    second = binding_progress(first, {"a": _claim("Bound"), "b": _claim("Bound"), "c": _claim("Pending", "nfs")},
+                              later)
+    assert second.grew_since == {"std": START}, "dated at the look before: the earliest the bind can have been"
+    # A bound claim deleted is no progress of its class (std); a claim bound in another class is, for that class.
+    third = binding_progress(second, {"b": _claim("Bound"), "c": _claim("Bound", "nfs")}, later + timedelta(20))
+    assert third.grew_since == {"std": START, "nfs": later}
+
+
+def test_a_claim_behind_a_provisioner_at_work_is_not_reported_after_the_grace() -> None:
+    now = START + timedelta(seconds=300)
+    claim, events = _claim("Pending"), _asked("2026-01-01T00:00:00Z")
+    assert provisioning_wait(claim, events, None, now, grace=120) == 300
+    working = binding_progress(binding_progress(None, {}, now - timedelta(seconds=30)),
+                               {"other": _claim("Bound")}, now)
+    waited = provisioning_wait(claim, events, working, now, grace=120)
+    assert waited == 30 and unbound("c", "checkpoints.volume", claim, events, waited, grace=120) is None
+    # Other classes' progress says nothing of this claim's provisioner.
+    elsewhere = binding_progress(binding_progress(None, {}, now - timedelta(seconds=30)),
+                                 {"other": _claim("Bound", "nfs")}, now)
+    waited = provisioning_wait(claim, events, elsewhere, now, grace=120)
+    assert waited == 300 and unbound("c", "checkpoints.volume", claim, events, waited, grace=120) is not None
+
+
+def test_a_backlog_is_waited_for_at_most_ten_graces() -> None:
+    now = START + timedelta(seconds=BACKLOG_GRACES * 120)
+    working = binding_progress(binding_progress(None, {}, now - timedelta(seconds=5)), {"o": _claim("Bound")}, now)
+    waited = provisioning_wait(_claim("Pending"), _asked("2026-01-01T00:00:00Z"), working, now, grace=120)
+    assert waited == BACKLOG_GRACES * 120
+
+
+def test_a_wait_for_first_consumer_claim_waits_from_when_its_pod_asked() -> None:
+    # Created at 00:00, its pod got a node at 00:10, when the provisioner was first asked for a volume.
+    events = [_event("WaitForFirstConsumer", "waiting for first consumer to be created before binding",
+                     "2026-01-01T00:09:00Z", kind="Normal"), *_asked("2026-01-01T00:10:00Z")]
+    now = START + timedelta(minutes=11)
+    assert provisioning_wait(_claim("Pending"), events, None, now, grace=120) == 60
+    assert provisioning_wait(_claim("Pending"), [], None, now, grace=120) == 660  # its Events expired: its creation

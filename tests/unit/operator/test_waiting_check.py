@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -116,3 +116,36 @@ def test_claims_seen_bound_are_not_listed_again_until_the_job_changes(monkeypatc
     assert again is not None and again.status == "False" and len(lists) == 5
     binding.forget("ns", "job")
     assert binding._ALL_BOUND == {}
+
+
+def test_a_slow_claim_is_not_reported_while_its_class_keeps_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    phases = {"ckpt": "Pending", "models": "Pending", "other": "Pending"}
+    # Asked for five minutes ago: past the grace (120 s), within a backlog's (ten graces).
+    five_minutes_ago = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    asked = [{"type": "Normal", "reason": "ExternalProvisioning", "firstTimestamp": five_minutes_ago,
+              "lastTimestamp": five_minutes_ago, "message": "waiting for a volume to be created by the "
+              "external provisioner 'devcluster.grpo.dev/kwok'"}]
+
+    async def claims_in(namespace: str) -> dict[str, kube.ClaimFacts]:
+        return {name: kube.ClaimFacts(("ReadWriteOnce",), phase, five_minutes_ago, "std")
+                for name, phase in phases.items()}
+
+    async def events_in(namespace: str) -> dict[str, list[dict]]:
+        return {name: asked for name in phases}
+
+    monkeypatch.setattr(kube, "claims_in", claims_in)
+    monkeypatch.setattr(kube, "claim_events_in", events_in)
+    for lookups in ("_CLAIMS", "_EVENTS", "_WARNED_PODS"):
+        monkeypatch.setattr(binding, lookups, binding.SharedLookups(0))
+    monkeypatch.setattr(binding, "_ALL_BOUND", {})
+    monkeypatch.setattr(binding, "_PROGRESS", {})
+    seen = _claims_seen(7)
+    # Nothing of its class has bound since anyone looked: a missing provisioner, as far as the operator can tell.
+    first = asyncio.run(binding._claims_update("ns", "job", seen))
+    assert first is not None and first.status == "False" and first.reason == "ExternalProvisioning"
+    phases["other"] = "Bound"  # the provisioner is at work on the namespace's claims: the job's wait for it is not
+    assert asyncio.run(binding._claims_update("ns", "job", seen)) is None
+    binding._PROGRESS["ns"] = binding.storage.BindingProgress(
+        datetime.now(UTC), {"std": 1}, {"std": datetime.now(UTC) - timedelta(minutes=3)})  # then bound no more
+    again = asyncio.run(binding._claims_update("ns", "job", seen))
+    assert again is not None and again.status == "False"
