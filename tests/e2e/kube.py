@@ -10,11 +10,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import kopf
 from grpo_devcluster.cluster import LocalCluster
 from grpo_devcluster.kubeapi import ApiError, KubeApi, WaitTimeout
+from grpo_operator.runtime import kube as operator_kube
 
-__all__ = ["ApiError", "WaitTimeout", "api", "create_namespace", "delete_namespace", "get", "items", "wait_event",
-           "wait_for", "wait_object"]
+__all__ = ["ApiError", "WaitTimeout", "api", "create_namespace", "delete_namespace", "get", "items",
+           "operator_client", "wait_event", "wait_for", "wait_object"]
 
 _FLAGS = {"-n": "namespace", "--namespace": "namespace", "-l": "labels", "--selector": "labels",
           "--field-selector": "fields"}
@@ -22,6 +24,16 @@ _FLAGS = {"-n": "namespace", "--namespace": "namespace", "-l": "labels", "--sele
 
 def api(cluster: LocalCluster) -> KubeApi:
     return cluster.api
+
+
+def operator_client() -> operator_kube.Client:
+    """The operator's own API client, logged in from $KUBECONFIG (the test sets it to the cluster's)."""
+    settings = kopf.OperatorSettings()
+
+    async def login() -> kopf.ConnectionInfo | None:
+        return kopf.login_with_kubeconfig(settings=settings)
+
+    return operator_kube.Client(login, max_connections=2)
 
 
 def _parse(args: tuple[str, ...]) -> tuple[str, str | None, dict[str, str]]:

@@ -8,22 +8,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import kopf
 import pytest
 from grpo_devcluster.cluster import LocalCluster
 from grpo_operator.runtime import kube
 from grpo_operator.runtime.watch import ChildWatch
 
+from .kube import operator_client
+
 LABEL = "grpo.dev/watch-test"
-
-
-def _client() -> kube.Client:
-    settings = kopf.OperatorSettings()
-
-    async def login() -> kopf.ConnectionInfo | None:
-        return kopf.login_with_kubeconfig(settings=settings)
-
-    return kube.Client(login, max_connections=2)
 
 
 async def _until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
@@ -51,7 +43,7 @@ def test_the_child_watch_reports_changes_resumes_and_lists_again_after_410(
         return any(e[:2] == (kind, name) for e in events)
 
     async def scenario() -> None:
-        client = _client()
+        client = operator_client()
         watch = ChildWatch(client, kube.RESOURCES["ConfigMap"].collection(scratch_ns), LABEL,
                            lambda kind, obj: events.append((kind, obj["metadata"]["name"], obj)), server_timeout=30)
         try:

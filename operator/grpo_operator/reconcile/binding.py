@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from grpo_operator.plan import PlanError
-from grpo_operator.reconcile import pods, queueing, storage
+from grpo_operator.reconcile import pods, queueing, storage, waiting_lists
 from grpo_operator.reconcile.autoscaling import NodePoolView, autoscalers_for
 from grpo_operator.reconcile.common import SETTINGS, conditions_hold, parse
 from grpo_operator.reconcile.retries import JOB_LOCKS, Retries
@@ -47,11 +47,12 @@ class _Warnings:
     claim_waits: dict[str, str]
 
 
-# The jobs that wait in a namespace share one list of its claims and one of their Events, each read at most once per
-# check period: per job, the check read each claim it mounts and the Events of each unbound one (most of a burst's
-# requests per job, bench/operator/RESULTS.md). Remembered for a whole period, not 5 s: each job looks once a period
-# anyway, and with 1000 jobs Pending the namespace's lists, parsed every 5 s, were a third of the operator's CPU
-# (issue 34). A claim that binds is seen bound at most one period later; none is reported before its grace.
+# The jobs that wait in a namespace share one look at its claims and one at their Events, each at most once per check
+# period: per job, the check read each claim it mounts and the Events of each unbound one (most of a burst's requests
+# per job, bench/operator/RESULTS.md). Remembered for a whole period, not 5 s: each job looks once a period anyway,
+# and with 1000 jobs Pending the namespace's lists, parsed every 5 s, were a third of the operator's CPU (issue 34);
+# a look asks only for what changed since the last (waiting_lists). A claim that binds is seen bound at most one
+# period later; none is reported before its grace.
 _SHARED_SECONDS = SETTINGS.storage_check_seconds
 _CLAIMS: SharedLookups[dict[str, kube.ClaimFacts]] = SharedLookups(_SHARED_SECONDS)
 _EVENTS: SharedLookups[dict[str, list[dict]]] = SharedLookups(_SHARED_SECONDS)
@@ -234,7 +235,8 @@ async def _claims_update(namespace: str, name: str, seen: _Seen) -> ConditionUpd
     now, grace = datetime.now(UTC), SETTINGS.claim_provisioning_grace_seconds
     for (claim, field), found in zip(watched.claims.items(), facts, strict=True):
         if found is not None and found.phase != "Bound":
-            claim_events = await _EVENTS.lookup(namespace, lambda: kube.claim_events_in(namespace), keep=always)
+            claim_events = await _EVENTS.lookup(namespace, lambda: waiting_lists.claim_events_in(namespace),
+                                                keep=always)
             events_of = claim_events.get(claim, [])
             waited = storage.provisioning_wait(found, events_of, _PROGRESS.get(namespace), now, grace)
             problem = storage.unbound(claim, field, found, events_of, waited, grace)
@@ -249,7 +251,7 @@ _PROGRESS: dict[str, storage.BindingProgress] = {}
 
 
 async def _claims_in(namespace: str) -> dict[str, kube.ClaimFacts]:
-    claims = await kube.claims_in(namespace)
+    claims = await waiting_lists.claims_in(namespace)
     _PROGRESS[namespace] = storage.binding_progress(_PROGRESS.get(namespace), claims, datetime.now(UTC))
     return claims
 
@@ -287,7 +289,7 @@ async def _pods_update(namespace: str, name: str, seen: _Seen, waiting: bool) ->
 
 async def _warnings(namespace: str) -> _Warnings:
     async def read() -> _Warnings:
-        found = await kube.pod_warnings_in(namespace)
+        found = await waiting_lists.pod_warnings_in(namespace)
         return _Warnings(pods.by_job_name(pods.newest_warnings(found)),
                          pods.by_job_name(pods.newest_claim_waits(found)))
     return await _WARNED_PODS.lookup(namespace, read, keep=always)

@@ -12,7 +12,7 @@ Pure: the handlers read the pods (only those of jobs that have Warning Events) a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -115,28 +115,41 @@ def only_waits(message: str) -> bool:
     return _UNBOUND_CLAIMS in message or _WAITING_FOR_ITS_ACTOR.search(message) is not None
 
 
-def newest_warnings(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+@dataclass(frozen=True)
+class PodWarning:
+    """What the waiting check keeps of a pod's Warning Event: whose, when, and what it says of the pod."""
+
+    pod: str
+    when: str
+    waits_only: bool  # the scheduler's word that it waits for something other than nodes (`only_waits`)
+    waits_for_claims: bool
+
+
+def pod_warning_of(event: Mapping[str, Any]) -> PodWarning:
+    message = str(event.get("message") or "")
+    return PodWarning(str((event.get("involvedObject") or {}).get("name", "")),
+                      str(event.get("lastTimestamp") or event.get("eventTime") or ""),
+                      only_waits(message), _UNBOUND_CLAIMS in message)
+
+
+def newest_warnings(warnings: Iterable[PodWarning]) -> dict[str, str]:
     """Pod name -> the time of its newest Warning, leaving out the scheduler's waits (`only_waits`): in a burst every
     pod may get one before its claims bind, and every head one before its actor is placed; reading the pods of each
     such job every check period was most of a 1000-job burst's requests (bench/operator/RESULTS.md, issue 34)."""
-    return _newest(events, lambda message: not only_waits(message))
+    return _newest(w for w in warnings if not w.waits_only)
 
 
-def newest_claim_waits(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def newest_claim_waits(warnings: Iterable[PodWarning]) -> dict[str, str]:
     """Pod name -> the time of its newest Warning that it waits for its claims to bind: the claims' check looks at
     the claims of such a pod's job again, even where it had seen them all bound (a claim deleted and made again)."""
-    return _newest(events, lambda message: _UNBOUND_CLAIMS in message)
+    return _newest(w for w in warnings if w.waits_for_claims)
 
 
-def _newest(events: Sequence[Mapping[str, Any]], keep: Callable[[str], bool]) -> dict[str, str]:
+def _newest(warnings: Iterable[PodWarning]) -> dict[str, str]:
     newest: dict[str, str] = {}
-    for event in events:
-        if not keep(str(event.get("message") or "")):
-            continue
-        name = str((event.get("involvedObject") or {}).get("name", ""))
-        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
-        if when > newest.get(name, ""):
-            newest[name] = when
+    for warning in warnings:
+        if warning.when > newest.get(warning.pod, ""):
+            newest[warning.pod] = warning.when
     return newest
 
 

@@ -508,30 +508,6 @@ async def claim_facts(namespace: str, name: str) -> ClaimFacts | None:
     return None if found is None else claim_facts_of(found)
 
 
-async def claims_in(namespace: str) -> dict[str, ClaimFacts]:
-    """Every PersistentVolumeClaim of the namespace, by name: one list for all the jobs that wait there."""
-    found = await api().request("GET", RESOURCES["PersistentVolumeClaim"].path(namespace))
-    return {c["metadata"]["name"]: claim_facts_of(c) for c in found.get("items") or []}
-
-
-async def claim_events_in(namespace: str) -> dict[str, list[dict]]:
-    """The namespace's Events about PersistentVolumeClaims (binding, provisioning), by claim name."""
-    params = {"fieldSelector": "involvedObject.kind=PersistentVolumeClaim"}
-    found = await api().request("GET", RESOURCES["Event"].path(namespace), params=params)
-    by_claim: dict[str, list[dict]] = {}
-    for event in found.get("items") or []:
-        by_claim.setdefault((event.get("involvedObject") or {}).get("name", ""), []).append(event)
-    return by_claim
-
-
-async def pod_warnings_in(namespace: str) -> list[dict]:
-    """The namespace's Warning Events about pods (the scheduler's FailedScheduling, the kubelet's image pull and
-    back-off failures, an autoscaler's refusals): one list for all the jobs that wait there, most often empty."""
-    params = {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}
-    found = await api().request("GET", RESOURCES["Event"].path(namespace), params=params)
-    return found.get("items") or []
-
-
 async def job_pods(namespace: str, job: str) -> list[dict]:
     """The pods of one GRPOJob (the operator's, KubeRay's and the Jobs' pods all carry its label)."""
     params = {"labelSelector": f"grpo.dev/job={job}"}

@@ -11,6 +11,7 @@ from grpo_operator.reconcile.pods import (
     newest_claim_waits,
     newest_warnings,
     pod_problem,
+    pod_warning_of,
     pods_condition,
 )
 from grpo_operator.reconcile.status import said_false
@@ -109,7 +110,7 @@ def test_the_newest_warning_of_each_pod_leaves_out_waits_for_unbound_claims() ->
               event("a", "2026-12-05T11:59:00Z", "Back-off pulling image"),
               event("b", "2026-12-05T11:59:00Z", "0/6 nodes are available: pod has unbound immediate "
                                                  "PersistentVolumeClaims. preemption: 0/6 nodes are available")]
-    assert newest_warnings(events) == {"a": "2026-12-05T11:59:00Z"}
+    assert newest_warnings(map(pod_warning_of, events)) == {"a": "2026-12-05T11:59:00Z"}
 
 
 # The scheduler's words for a head whose actor is not placed yet, and for one that the actor's node cannot take.
@@ -126,7 +127,7 @@ def test_a_head_waiting_for_its_actor_to_be_placed_is_no_warning_of_its_own() ->
                 "message": message}
 
     events = [event("job-head", WAITS_FOR_ITS_ACTOR), event("other-head", ACTORS_NODE_FULL)]
-    assert newest_warnings(events) == {"other-head": "2026-12-05T11:59:00Z"}
+    assert newest_warnings(map(pod_warning_of, events)) == {"other-head": "2026-12-05T11:59:00Z"}
 
 
 def test_a_head_unschedulable_only_for_its_actor_is_not_said_but_one_the_actors_node_cannot_take_is() -> None:
@@ -148,5 +149,6 @@ def test_claim_waits_are_told_apart_from_the_problems_of_pods() -> None:
         {"involvedObject": {"name": "job-b"}, "lastTimestamp": "2026-12-05T11:59:40Z",
          "message": "Failed to pull image \"trainer:missing\""},
     ]
-    assert newest_claim_waits(events) == {"job-a": "2026-12-05T11:59:30Z"}
-    assert newest_warnings(events) == {"job-b": "2026-12-05T11:59:40Z"}
+    warnings = [pod_warning_of(e) for e in events]
+    assert newest_claim_waits(warnings) == {"job-a": "2026-12-05T11:59:30Z"}
+    assert newest_warnings(warnings) == {"job-b": "2026-12-05T11:59:40Z"}

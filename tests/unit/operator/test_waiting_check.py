@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from grpo_operator.reconcile import binding
+from grpo_operator.reconcile import binding, pods, waiting_lists
 from grpo_operator.reconcile.common import conditions_hold
 from grpo_operator.reconcile.status import ConditionUpdate, said_false
 from grpo_operator.runtime import kube
@@ -77,12 +77,12 @@ def test_claims_seen_bound_are_not_listed_again_until_the_job_changes(monkeypatc
 
     warnings: list[dict] = []
 
-    async def pod_warnings_in(namespace: str) -> list[dict]:
-        return warnings
+    async def pod_warnings_in(namespace: str) -> list[pods.PodWarning]:
+        return [pods.pod_warning_of(w) for w in warnings]
 
-    monkeypatch.setattr(kube, "claims_in", claims_in)
-    monkeypatch.setattr(kube, "claim_events_in", no_events)
-    monkeypatch.setattr(kube, "pod_warnings_in", pod_warnings_in)
+    monkeypatch.setattr(waiting_lists, "claims_in", claims_in)
+    monkeypatch.setattr(waiting_lists, "claim_events_in", no_events)
+    monkeypatch.setattr(waiting_lists, "pod_warnings_in", pod_warnings_in)
     for lookups in ("_CLAIMS", "_EVENTS", "_WARNED_PODS"):
         monkeypatch.setattr(binding, lookups, binding.SharedLookups(0))
     monkeypatch.setattr(binding, "_ALL_BOUND", {})
@@ -133,8 +133,8 @@ def test_a_slow_claim_is_not_reported_while_its_class_keeps_binding(monkeypatch:
     async def events_in(namespace: str) -> dict[str, list[dict]]:
         return {name: asked for name in phases}
 
-    monkeypatch.setattr(kube, "claims_in", claims_in)
-    monkeypatch.setattr(kube, "claim_events_in", events_in)
+    monkeypatch.setattr(waiting_lists, "claims_in", claims_in)
+    monkeypatch.setattr(waiting_lists, "claim_events_in", events_in)
     for lookups in ("_CLAIMS", "_EVENTS", "_WARNED_PODS"):
         monkeypatch.setattr(binding, lookups, binding.SharedLookups(0))
     monkeypatch.setattr(binding, "_ALL_BOUND", {})
