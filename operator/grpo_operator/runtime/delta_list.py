@@ -37,7 +37,8 @@ class _Kept(Generic[F]):
 
 class DeltaList(Generic[F]):
     """`current(namespace)`: name -> `fact_of(object)` for every object of `path_of(namespace)` that the selectors
-    (`params`) select, as the apiserver has them now."""
+    (`params`) select, as the apiserver has them now. One look per namespace at a time: the caller shares one among
+    the jobs that ask together (binding.py's SharedLookups), since two would apply the same changes to one copy."""
 
     def __init__(self, path_of: Callable[[str], str], fact_of: Callable[[dict[str, Any]], F],
                  params: Mapping[str, str] | None = None, forget_after: float = 600.0,
