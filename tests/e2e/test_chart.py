@@ -217,6 +217,9 @@ def test_operator_with_the_chart_rbac_reconciles_the_examples_to_succeeded(
     (("list", "nodes"), True),
     (("create", "pods", "-n", "team-chart"), False),
     (("watch", "grpojobs.grpo.dev", "--all-namespaces"), True),
+    # The waiting check's looks after the first: the changes since (runtime/delta_list.py).
+    (("watch", "persistentvolumeclaims", "-n", "team-chart"), True),
+    (("watch", "events", "-n", "team-chart"), True),
     (("create", "rayjobs.ray.io", "-n", "team-chart"), True),
     (("create", "networkpolicies.networking.k8s.io", "-n", "team-chart"), True),  # one per job
     (("delete", "networkpolicies.networking.k8s.io", "-n", "team-chart"), False),  # goes with its GRPOJob

@@ -14,14 +14,16 @@ namespace not looked at for `forget_after` seconds is forgotten (and listed when
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from grpo_operator.runtime import kube
-from grpo_operator.runtime.watch import watch_event
+from grpo_operator.runtime.watch import expired, watch_event
 
+log = logging.getLogger("grpo_operator.delta_list")
 F = TypeVar("F")
 
 # The shortest watch the apiserver serves (whole seconds): the changes since the version asked for come first.
@@ -46,6 +48,7 @@ class DeltaList(Generic[F]):
         self._path_of, self._fact_of, self._params = path_of, fact_of, dict(params or {})
         self._forget_after, self._clock = forget_after, clock
         self._kept: dict[str, _Kept[F]] = {}
+        self._warned = False
 
     async def current(self, namespace: str) -> dict[str, F]:
         now = self._clock()
@@ -54,7 +57,13 @@ class DeltaList(Generic[F]):
         if kept is not None:
             try:
                 await self._apply_changes(namespace, kept)
-            except Exception:  # compacted past (410), or the watch failed: a list says it all, with its retries
+            except Exception as exc:  # compacted past (410), or the watch failed: a list says it all, with its retries
+                if not expired(exc) and not self._warned:
+                    # Said once: a watch refused (RBAC without `watch`) would otherwise be said every period,
+                    # and each look then costs a list again.
+                    log.warning("watching %s for changes failed (%s); listing it whole instead",
+                                self._path_of(namespace), exc)
+                    self._warned = True
                 kept = None
         if kept is None:
             kept = await self._list(namespace)

@@ -318,6 +318,15 @@ def test_rbac_never_grants_secrets_wildcards_or_escalation(values: tuple[str, ..
             assert rule["resources"] in (["configmaps"], ["jobs"], ["rayjobs"]), rule
 
 
+@pytest.mark.parametrize(("values", "kind"), [((), "ClusterRole"), (tuple(NAMESPACED), "Role")])
+def test_rbac_lets_the_waiting_check_watch_what_it_lists(values: tuple[str, ...], kind: str) -> None:
+    """Each look at a namespace's claims and Events after the first is a watch for the changes since
+    (runtime/delta_list.py): without `watch` it is refused, and every look lists the whole namespace again."""
+    rules = _rules(render(*values), kind)
+    for resource in ("persistentvolumeclaims", "events"):
+        assert _grants(rules, "", resource, "list") and _grants(rules, "", resource, "watch"), resource
+
+
 def test_nodes_are_only_listed_and_only_while_rbac_nodes_is_on() -> None:
     rules = [r for d in render() if d["kind"] == "ClusterRole" for r in d["rules"] if "nodes" in r["resources"]]
     assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
