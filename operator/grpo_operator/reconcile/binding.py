@@ -14,6 +14,7 @@ the claims and their Events mean is decided in `storage.py`, what the pods' stat
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -117,8 +118,9 @@ async def check_waiting(namespace: str, name: str) -> None:
     if not waiting and not seen.said_false(pods.CONDITION) and not seen.said_false(queueing.CONDITION):
         forget(namespace, name)
         return
-    found = (await _claims_update(namespace, name, seen) if waiting else None,
-             await _queue_update(namespace, seen, waiting), await _pods_update(namespace, name, seen, waiting))
+    # At once: a look at a namespace's list takes a second (waiting_lists), and the job's lock is held meanwhile.
+    found = await asyncio.gather(_claims_update(namespace, name, seen) if waiting else _nothing(),
+                                 _queue_update(namespace, seen, waiting), _pods_update(namespace, name, seen, waiting))
     updates = [u for u in found if u is not None and not seen.holds(u)]
     if updates:
         await _write(namespace, name, updates)
@@ -126,6 +128,10 @@ async def check_waiting(namespace: str, name: str) -> None:
         check_waiting_later(namespace, name)
     else:
         forget(namespace, name)
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _write(namespace: str, name: str, updates: list[ConditionUpdate]) -> None:
@@ -237,8 +243,11 @@ async def _claims_update(namespace: str, name: str, seen: _Seen) -> ConditionUpd
         if found is not None and found.phase != "Bound":
             claim_events = await _EVENTS.lookup(namespace, lambda: waiting_lists.claim_events_in(namespace),
                                                 keep=always)
-            events_of = claim_events.get(claim, [])
-            waited = storage.provisioning_wait(found, events_of, _PROGRESS.get(namespace), now, grace)
+            events_of = storage.events_of_claim(found, claim_events.get(claim, []))
+            # Once reported, the wait is the ask's alone: a backlog seen later must not say it is over while the
+            # claim is still Pending (and say it again when binds pause).
+            progress = None if reported else _PROGRESS.get(namespace)
+            waited = storage.provisioning_wait(found, events_of, progress, now, grace)
             problem = storage.unbound(claim, field, found, events_of, waited, grace)
             if problem is not None:
                 problems.append(problem)

@@ -94,6 +94,15 @@ def binding_progress(previous: BindingProgress | None, claims: Mapping[str, Clai
     return BindingProgress(now, dict(bound), grew)
 
 
+def events_of_claim(facts: ClaimFacts, events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The Events about this very claim: a job deleted and applied again makes its checkpoint claim again under the
+    same name, and the Events of the one before (kept an hour) would date its ask, or give its reason, too early.
+    An Event that names no uid (`claimUid`), or a claim whose uid is not known, is taken as the claim's."""
+    if not facts.uid:
+        return list(events)
+    return [e for e in events if e.get("claimUid", facts.uid) == facts.uid]
+
+
 def _first_asked(events: Sequence[Mapping[str, Any]]) -> str:
     """When the claim's provisioning was first asked for: its oldest in-progress Event's first time ("" if none)."""
     times = [str(e.get("firstTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")

@@ -18,7 +18,10 @@ _CLAIM_EVENT_FIELDS = ("type", "reason", "message", "lastTimestamp", "firstTimes
 
 def claim_event_of(event: Mapping[str, Any]) -> dict[str, Any]:
     kept = {k: event[k] for k in _CLAIM_EVENT_FIELDS if event.get(k)}
-    kept["claim"] = (event.get("involvedObject") or {}).get("name", "")
+    involved = event.get("involvedObject") or {}
+    kept["claim"] = involved.get("name", "")
+    if involved.get("uid"):
+        kept["claimUid"] = involved["uid"]
     created = (event.get("metadata") or {}).get("creationTimestamp")
     if created:
         kept["metadata"] = {"creationTimestamp": created}

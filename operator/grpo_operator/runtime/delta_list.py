@@ -5,11 +5,15 @@ wait there. With 1000 jobs in a namespace those lists were 1.8 MB, 0.4 MB and 1.
 20 s though a few of their objects had changed: a fifth of the operator's CPU while the cluster bound the jobs' pods
 (bench/operator/RESULTS.md, eleventh round). Here the first look lists; each later one is a watch from the last
 resourceVersion seen that the apiserver ends after a second (`timeoutSeconds`), which answers with the changes
-since, from its watch cache. One request a look, as before, and the bytes of what changed instead of everything.
-What is kept of each object is its `fact` (a few fields, not the object), by name.
+since (from its watch cache, or from etcd for Events, which the apiserver does not cache by default). One request a
+look, as before, and the bytes of what changed instead of everything. What is kept of each object is its `fact` (a
+few fields, not the object), by name.
 
-A look whose resourceVersion the apiserver has compacted past (410 Gone), or whose watch fails, lists again; a
-namespace not looked at for `forget_after` seconds is forgotten (and listed when it is looked at again).
+The kept resourceVersion moves only with the namespace's own changes (a one-second watch ends before any bookmark),
+so in a quiet namespace it falls behind etcd's compaction (5 minutes): that look is answered 410 Gone and lists
+again, as does any look whose watch fails. A watch the operator's RBAC refuses (403) is said once and not tried
+again: every look lists. A namespace not looked at for `forget_after` seconds is forgotten (and listed when it is
+looked at again).
 """
 
 from __future__ import annotations
@@ -48,28 +52,39 @@ class DeltaList(Generic[F]):
         self._path_of, self._fact_of, self._params = path_of, fact_of, dict(params or {})
         self._forget_after, self._clock = forget_after, clock
         self._kept: dict[str, _Kept[F]] = {}
-        self._warned = False
+        self._warned: set[int] = set()  # the statuses of failed watches said so far (0: not the apiserver's answer)
+        self._watch_refused = False
 
     async def current(self, namespace: str) -> dict[str, F]:
         now = self._clock()
         self._forget_unused(now)
         kept = self._kept.get(namespace)
-        if kept is not None:
+        if kept is not None and not self._watch_refused:
             try:
                 await self._apply_changes(namespace, kept)
             except Exception as exc:  # compacted past (410), or the watch failed: a list says it all, with its retries
-                if not expired(exc) and not self._warned:
-                    # Said once: a watch refused (RBAC without `watch`) would otherwise be said every period,
-                    # and each look then costs a list again.
-                    log.warning("watching %s for changes failed (%s); listing it whole instead",
-                                self._path_of(namespace), exc)
-                    self._warned = True
+                self._said_failed(namespace, exc)
                 kept = None
+        elif kept is not None:
+            kept = None
         if kept is None:
             kept = await self._list(namespace)
             self._kept[namespace] = kept
         kept.used = now
         return dict(kept.facts)
+
+    def _said_failed(self, namespace: str, exc: Exception) -> None:
+        """A failed watch in the log, once per status: each failure that recurs would otherwise be said every
+        period. A refusal (403: RBAC without `watch`) ends the watching: each look would be refused again."""
+        if expired(exc):
+            return
+        status = exc.status if isinstance(exc, kube.ApiError) else 0
+        if status == 403:
+            self._watch_refused = True
+        if status not in self._warned:
+            self._warned.add(status)
+            log.warning("watching %s for changes failed (%s); listing it whole instead%s", self._path_of(namespace),
+                        exc, " from now on" if status == 403 else "")
 
     def forget(self, namespace: str) -> None:
         self._kept.pop(namespace, None)
@@ -80,7 +95,7 @@ class DeltaList(Generic[F]):
         return _Kept(facts, str((found.get("metadata") or {}).get("resourceVersion") or ""), self._clock())
 
     async def _apply_changes(self, namespace: str, kept: _Kept[F]) -> None:
-        params = {**self._params, "watch": "1", "resourceVersion": kept.version, "allowWatchBookmarks": "true",
+        params = {**self._params, "watch": "1", "resourceVersion": kept.version,
                   "timeoutSeconds": str(_CHANGES_SECONDS)}
         async for line in kube.api().stream_lines(self._path_of(namespace), params, read_timeout=_CHANGES_SECONDS + 30):
             kind, obj = watch_event(line)  # an ERROR (410 Gone included) is raised

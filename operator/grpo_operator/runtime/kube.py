@@ -491,6 +491,7 @@ class ClaimFacts:
     phase: str
     created: str = ""  # metadata.creationTimestamp
     storage_class: str = ""  # spec.storageClassName; "" for none
+    uid: str = ""  # metadata.uid: which claim of that name an Event is about (one deleted and made again)
 
 
 def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
@@ -500,6 +501,7 @@ def claim_facts_of(claim: Mapping[str, Any]) -> ClaimFacts:
         created=str((claim.get("metadata") or {}).get("creationTimestamp") or ""),
         # Interned: a namespace's thousand claims name a few classes, and the waiting check keeps them all.
         storage_class=sys.intern(str((claim.get("spec") or {}).get("storageClassName") or "")),
+        uid=str((claim.get("metadata") or {}).get("uid") or ""),
     )
 
 

@@ -12,6 +12,7 @@ from grpo_operator.reconcile.storage import (
     BACKLOG_GRACES,
     binding_progress,
     claims_of,
+    events_of_claim,
     provisioning_wait,
     storage_condition,
     unbound,
@@ -156,3 +157,17 @@ def test_a_wait_for_first_consumer_claim_waits_from_when_its_pod_asked() -> None
     now = START + timedelta(minutes=11)
     assert provisioning_wait(_claim("Pending"), events, None, now, grace=120) == 60
     assert provisioning_wait(_claim("Pending"), [], None, now, grace=120) == 660  # its Events expired: its creation
+
+
+def test_the_events_of_a_claim_made_again_under_its_name_are_not_the_ones_before() -> None:
+    old = {**_asked("2026-01-01T00:00:00Z")[0], "claimUid": "old"}
+    new = {**_asked("2026-01-01T00:30:00Z")[0], "claimUid": "new"}
+    failed_before = {**_event("ProvisioningFailed", "quota", "2026-01-01T00:10:00Z"), "claimUid": "old"}
+    claim = ClaimFacts(("ReadWriteOnce",), "Pending", "2026-01-01T00:30:00Z", "std", uid="new")
+    events = events_of_claim(claim, [old, failed_before, new])
+    assert events == [new]
+    now = START + timedelta(minutes=31)
+    assert provisioning_wait(claim, events, None, now, grace=120) == 60
+    assert unbound("c", "checkpoints.volume", claim, events, 60, grace=120) is None  # not the old one's failure
+    # Without uids (an Event that names none, a claim not known by uid) every Event of the name counts.
+    assert events_of_claim(ClaimFacts(("ReadWriteOnce",), "Pending"), [old, new]) == [old, new]

@@ -145,6 +145,10 @@ def test_a_slow_claim_is_not_reported_while_its_class_keeps_binding(monkeypatch:
     assert first is not None and first.status == "False" and first.reason == "ExternalProvisioning"
     phases["other"] = "Bound"  # the provisioner is at work on the namespace's claims: the job's wait for it is not
     assert asyncio.run(binding._claims_update("ns", "job", seen)) is None
+    # A job it was reported for stays reported until its claim binds: no True while the claim is still Pending.
+    said = _claims_seen(8, ((first.type, first.status, first.reason, first.message),))
+    still = asyncio.run(binding._claims_update("ns", "job", said))
+    assert still is not None and still.status == "False"
     binding._PROGRESS["ns"] = binding.storage.BindingProgress(
         datetime.now(UTC), {"std": 1}, {"std": datetime.now(UTC) - timedelta(minutes=3)})  # then bound no more
     again = asyncio.run(binding._claims_update("ns", "job", seen))
