@@ -65,8 +65,9 @@ def claims_of(spec: GRPOJobSpec, plan: Plan) -> dict[str, str]:
     return found
 
 
-def _when(event: Mapping[str, Any]) -> str:
-    return str(event.get("lastTimestamp") or event.get("eventTime") or
+def _when(event: Mapping[str, Any], first: str = "lastTimestamp") -> str:
+    """The Event's time: `first` (its last or its first occurrence), else when it was recorded."""
+    return str(event.get(first) or event.get("eventTime") or
                (event.get("metadata") or {}).get("creationTimestamp") or "")
 
 
@@ -105,8 +106,8 @@ def events_of_claim(facts: ClaimFacts, events: Sequence[Mapping[str, Any]]) -> l
 
 def _first_asked(events: Sequence[Mapping[str, Any]]) -> str:
     """When the claim's provisioning was first asked for: its oldest in-progress Event's first time ("" if none)."""
-    times = [str(e.get("firstTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
-                 or "") for e in events if e.get("reason") in IN_PROGRESS and e.get("type") != "Warning"]
+    times = [_when(e, "firstTimestamp") for e in events
+             if e.get("reason") in IN_PROGRESS and e.get("type") != "Warning"]
     return min((t for t in times if t), default="")
 
 

@@ -28,20 +28,15 @@ def claim_event_of(event: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _events_path(namespace: str) -> str:
-    return kube.RESOURCES["Event"].path(namespace)
-
-
 # Looked at once a check period while jobs wait in the namespace; forgotten after ten periods unused.
 _FORGET_AFTER = 10 * SETTINGS.storage_check_seconds
 CLAIMS: DeltaList[kube.ClaimFacts] = DeltaList(
-    lambda namespace: kube.RESOURCES["PersistentVolumeClaim"].path(namespace), kube.claim_facts_of,
-    forget_after=_FORGET_AFTER)
+    kube.RESOURCES["PersistentVolumeClaim"].path, kube.claim_facts_of, forget_after=_FORGET_AFTER)
 CLAIM_EVENTS: DeltaList[dict[str, Any]] = DeltaList(
-    _events_path, claim_event_of, {"fieldSelector": "involvedObject.kind=PersistentVolumeClaim"},
+    kube.RESOURCES["Event"].path, claim_event_of, {"fieldSelector": "involvedObject.kind=PersistentVolumeClaim"},
     forget_after=_FORGET_AFTER)
 POD_WARNINGS: DeltaList[pods.PodWarning] = DeltaList(
-    _events_path, pods.pod_warning_of, {"fieldSelector": "involvedObject.kind=Pod,type=Warning"},
+    kube.RESOURCES["Event"].path, pods.pod_warning_of, {"fieldSelector": "involvedObject.kind=Pod,type=Warning"},
     forget_after=_FORGET_AFTER)
 
 

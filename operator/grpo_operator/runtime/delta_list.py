@@ -58,15 +58,13 @@ class DeltaList(Generic[F]):
     async def current(self, namespace: str) -> dict[str, F]:
         now = self._clock()
         self._forget_unused(now)
-        kept = self._kept.get(namespace)
-        if kept is not None and not self._watch_refused:
+        kept = None if self._watch_refused else self._kept.get(namespace)
+        if kept is not None:
             try:
                 await self._apply_changes(namespace, kept)
             except Exception as exc:  # compacted past (410), or the watch failed: a list says it all, with its retries
                 self._said_failed(namespace, exc)
                 kept = None
-        elif kept is not None:
-            kept = None
         if kept is None:
             kept = await self._list(namespace)
             self._kept[namespace] = kept
@@ -85,9 +83,6 @@ class DeltaList(Generic[F]):
             self._warned.add(status)
             log.warning("watching %s for changes failed (%s); listing it whole instead%s", self._path_of(namespace),
                         exc, " from now on" if status == 403 else "")
-
-    def forget(self, namespace: str) -> None:
-        self._kept.pop(namespace, None)
 
     async def _list(self, namespace: str) -> _Kept[F]:
         found = await kube.api().request("GET", self._path_of(namespace), params=self._params or None)
